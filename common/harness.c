@@ -1,0 +1,427 @@
+/* The program every chapter runs: flags, header, verification of every rung before any is
+ * timed, the table and the CSV. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cli.h"
+#include "ladder.h"
+#include "pool.h"
+#include "report.h"
+#include "timing.h"
+
+struct run {
+    const struct chapter *ch;
+    struct options o;
+    struct device_info dev;
+    double copy_gbps;
+    struct timer timer;
+    FILE *csv;
+    int on_gpu;
+    int failed;
+};
+
+static int is_vendor(const struct rung *r)
+{
+    return !strcmp(r->name, "vendor");
+}
+
+/* Why rung r cannot run problem p on this GPU, or NULL. */
+static const char *unsupported_reason(const struct run *run, const struct rung *r,
+                                      const struct problem *p)
+{
+    static char why[96];
+    if (r->min_cc && run->dev.cc < r->min_cc) {
+        snprintf(why, sizeof why, "unsupported: needs compute capability %d.%d", r->min_cc / 10,
+                 r->min_cc % 10);
+        return why;
+    }
+    const char *reason = r->unsupported ? r->unsupported(p) : NULL;
+    if (reason) {
+        snprintf(why, sizeof why, "unsupported: %s", reason);
+        return why;
+    }
+    return NULL;
+}
+
+static void print_failure(const struct run *run, const struct problem *p, const struct rung *r,
+                          const struct verify_result *v, int tensor)
+{
+    fprintf(stderr,
+            "FAIL %s %s %s %s %s: %s[%zu] is %.9g, the reference %.9g (%zu wrong; --seed %llu)\n",
+            run->ch->id, run->ch->passes[p->pass], dtype_name(p->dtype), p->shape.text, r->name,
+            p->out[tensor].name, v->first_bad, v->bad_out, v->bad_ref, v->n_bad,
+            (unsigned long long)run->o.seed);
+}
+
+/* Builds p (host side, reference included) or says why it cannot. */
+static int build_problem(const struct run *run, struct problem *p, int pass, enum dtype t)
+{
+    char why[256];
+    if (problem_init(p, run->ch, pass, t, &run->o.shape, why, sizeof why) ||
+        (run->on_gpu && pool_sets_that_fit(p, why, sizeof why) == 0) ||
+        problem_alloc_host(p, why, sizeof why)) {
+        fprintf(stderr, "%s: %s\n", run->ch->id, why);
+        return KL_EXIT_CUDA;
+    }
+    struct rng rng = rng_seeded(run->o.seed ^ ((uint64_t)pass << 32) ^ (uint64_t)t);
+    run->ch->fill(p, &rng);
+    run->ch->reference(p);
+    return 0;
+}
+
+static void emit(struct run *run, const struct result_row *row)
+{
+    report_table_row(stdout, row);
+    if (run->csv && row->timed)
+        report_csv_row(run->csv, row, &run->dev);
+}
+
+/* One pass and dtype: verify every listed rung, then time them, then print the rows. */
+static int run_group(struct run *run, int pass, enum dtype t, const struct rung *const *list,
+                     int n)
+{
+    struct problem p;
+    int rc = build_problem(run, &p, pass, t);
+    if (rc)
+        return rc;
+    struct pool pl;
+    char why[256];
+    int want = run->o.hot_l2 || run->o.no_graph
+                   ? 1 : cold_sets_needed(&run->dev, pool_set_bytes(&p));
+    if (pool_create(&pl, &p, want, why, sizeof why)) {
+        fprintf(stderr, "%s: %s\n", run->ch->id, why);
+        problem_free(&p);
+        return KL_EXIT_CUDA;
+    }
+
+    struct result_row rows[KL_MAX_RUNGS];
+    const char *pass_name = run->ch->passes[pass];
+    double vendor_us = 0;
+    for (int i = 0; i < n; i++) {
+        struct result_row *row = &rows[i];
+        memset(row, 0, sizeof *row);
+        row->chapter = run->ch->id;
+        row->pass = pass_name;
+        row->variant = list[i]->name;
+        row->shape = p.shape.text;
+        row->dtype = t;
+        const char *skip = unsupported_reason(run, list[i], &p);
+        row->verdict = skip ? skip : run->o.no_verify ? "unverified" : "ok";
+        if (skip || run->o.no_verify)
+            continue;
+        int bad_tensor;
+        struct verify_result v = pool_verify(&pl, &p, list[i]->launch[pass], run->timer.stream,
+                                             &bad_tensor);
+        row->checked = 1;
+        row->verified = v.ok;
+        row->max_abs_err = v.max_abs_err;
+        row->rel_err = v.norm_rel_err;
+        if (!v.ok) {
+            row->verdict = "FAIL";
+            run->failed = 1;
+            print_failure(run, &p, list[i], &v, bad_tensor);
+        }
+    }
+
+    struct timing_opts topts = {run->o.iters, run->o.warmup, run->o.hot_l2, run->o.no_graph};
+    double *samples = malloc((size_t)run->o.iters * sizeof *samples);
+    for (int i = 0; i < n; i++) {
+        struct result_row *row = &rows[i];
+        if (!strncmp(row->verdict, "unsupported", 11))
+            continue;
+        time_launches(&run->timer, &pl, &p, list[i]->launch[pass], &topts, samples);
+        row->timed = 1;
+        row->us = summarize(samples, (size_t)run->o.iters);
+        if (p.flops > 0) {
+            row->tflops = p.flops / (row->us.median * 1e6);
+        } else {
+            row->gbps = p.bytes / (row->us.median * 1e3);
+            row->pct_roof = 100.0 * row->gbps / run->copy_gbps;
+        }
+        if (is_vendor(list[i]))
+            vendor_us = row->us.median;
+    }
+    for (int i = 0; i < n; i++) {
+        if (rows[i].timed && vendor_us > 0)
+            rows[i].vs_vendor = vendor_us / rows[i].us.median;
+        emit(run, &rows[i]);
+    }
+    free(samples);
+    pool_destroy(&pl);
+    problem_free(&p);
+    return 0;
+}
+
+/* Every selected pass and dtype, for the rungs in list that have that pass and dtype. */
+static int run_ladder(struct run *run, const struct rung *const *all, int n_all)
+{
+    for (int pass = 0; pass < run->ch->n_passes; pass++) {
+        if (!(run->o.passes & (1u << pass)))
+            continue;
+        for (int t = DT_FP32; t <= DT_FP16; t++) {
+            if (!(run->o.dtypes & (1u << t)))
+                continue;
+            const struct rung *list[KL_MAX_RUNGS];
+            int n = 0;
+            for (int i = 0; i < n_all; i++)
+                if (all[i]->launch[pass] && (all[i]->dtypes & (1u << t)))
+                    list[n++] = all[i];
+            if (n == 0)
+                continue;
+            int rc = run_group(run, pass, (enum dtype)t, list, n);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* No GPU: time the CPU reference, so the program still teaches something and exits 0. */
+static int run_cpu_only(struct run *run)
+{
+    snprintf(run->dev.name, sizeof run->dev.name, "none");
+    report_table_header(stdout);
+    for (int pass = 0; pass < run->ch->n_passes; pass++) {
+        if (!(run->o.passes & (1u << pass)))
+            continue;
+        for (int t = DT_FP32; t <= DT_FP16; t++) {
+            if (!(run->o.dtypes & (1u << t)))
+                continue;
+            struct problem p;
+            int rc = build_problem(run, &p, pass, (enum dtype)t);
+            if (rc)
+                return rc;
+            int samples = run->o.iters < 5 ? run->o.iters : 5; /* the CPU is slow; 5 will do */
+            double us[5];
+            for (int i = 0; i < samples; i++) {
+                double t0 = seconds_now();
+                run->ch->reference(&p);
+                us[i] = 1e6 * (seconds_now() - t0);
+            }
+            struct result_row row = {0};
+            row.chapter = run->ch->id;
+            row.pass = run->ch->passes[pass];
+            row.variant = "cpu";
+            row.shape = p.shape.text;
+            row.dtype = (enum dtype)t;
+            row.timed = 1;
+            row.us = summarize(us, (size_t)samples);
+            if (p.flops > 0)
+                row.tflops = p.flops / (row.us.median * 1e6);
+            else
+                row.gbps = p.bytes / (row.us.median * 1e3);
+            row.verified = 1;
+            row.verdict = "reference";
+            emit(run, &row);
+            problem_free(&p);
+        }
+    }
+    return 0;
+}
+
+static void print_header(const struct run *run)
+{
+    const struct device_info *d = &run->dev;
+    char cc[16], rt[16], drv[16];
+    format_cc(d->cc, cc, sizeof cc);
+    format_cuda_version(d->runtime_version, rt, sizeof rt);
+    format_cuda_version(d->driver_version, drv, sizeof drv);
+    printf("%s: %s\n", run->ch->id, run->ch->title);
+    printf("GPU: %s, cc %s, %d SMs, %.0f MB L2, %.1f GB | CUDA runtime %s, driver %s, cuDNN "
+           "%zu.%zu.%zu\n",
+           d->name, cc, d->sms, (double)d->l2_bytes / 1e6, (double)d->total_mem / 1e9, rt, drv,
+           d->cudnn_version / 10000, d->cudnn_version / 100 % 100, d->cudnn_version % 100);
+    printf("roof: device-to-device copy %.0f GB/s (bytes read + written) | seed %llu | %s, %s, "
+           "median of %d samples after %d warm-up\n\n",
+           run->copy_gbps, (unsigned long long)run->o.seed,
+           run->o.no_graph ? "single launches between events (launch overhead included)"
+                           : "CUDA graph replay, time per launch",
+           run->o.hot_l2 ? "hot L2 (one input set)" : "cold L2 (input pool > 2x L2, flushed)",
+           run->o.iters, run->o.warmup);
+}
+
+int ladder_exercise_verify(const struct chapter *ch, const struct rung *ex, unsigned dtypes,
+                           uint64_t seed, FILE *out)
+{
+    int failed = 0;
+    for (int pass = 0; pass < ch->n_passes; pass++) {
+        for (int t = DT_FP32; t <= DT_FP16; t++) {
+            if (!ex->launch[pass] || !(ex->dtypes & dtypes & (1u << t)))
+                continue;
+            for (int s = 0; ch->exercise_shapes[s]; s++) {
+                struct verify_result v;
+                char why[256];
+                const char *shape = ch->exercise_shapes[s];
+                int rc = ladder_check(ch, ex, pass, (enum dtype)t, shape, seed, &v, why,
+                                      sizeof why);
+                fprintf(out, "exercise %s %s %s: ", ch->passes[pass], dtype_name(t), shape);
+                if (rc == 0)
+                    fprintf(out, "ok\n");
+                else if (rc == 1)
+                    fprintf(out, "WRONG at element %zu: %.9g, the reference %.9g (%zu of the "
+                            "elements wrong)\n", v.first_bad, v.bad_out, v.bad_ref, v.n_bad);
+                else
+                    fprintf(out, "%s\n", why);
+                if (rc == -1 && strstr(why, "no CUDA GPU"))
+                    return -1;
+                failed |= rc != 0;
+            }
+        }
+    }
+    return failed;
+}
+
+static int run_exercise(struct run *run)
+{
+    const struct rung *ex = run->ch->exercise;
+    if (!ex) {
+        fprintf(stderr, "%s has no exercise\n", run->ch->id);
+        return KL_EXIT_USAGE;
+    }
+    if (ladder_exercise_verify(run->ch, ex, run->o.dtypes, run->o.seed, stdout)) {
+        printf("exercise: FAIL (the first wrong element is above; the kernel is in "
+               "chapters/%s/exercise.cu)\n", run->ch->id);
+        return KL_EXIT_WRONG;
+    }
+    printf("exercise: PASS. Timed beside the vendor at %s:\n\n", run->o.shape.text);
+    const struct rung *list[2] = {ex, &run->ch->rungs[run->ch->n_rungs - 1]};
+    report_table_header(stdout);
+    int rc = run_ladder(run, list, 2);
+    return rc ? rc : run->failed ? KL_EXIT_WRONG : KL_EXIT_OK;
+}
+
+int ladder_main(const struct chapter *ch, int argc, char **argv)
+{
+    struct run run;
+    memset(&run, 0, sizeof run);
+    run.ch = ch;
+    char err[768];
+    if (cli_parse(ch, argc, argv, &run.o, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", ch->id, err);
+        return KL_EXIT_USAGE;
+    }
+    if (run.o.help) {
+        cli_print_help(ch);
+        return KL_EXIT_OK;
+    }
+    if (run.o.list) {
+        cli_print_list(ch);
+        return KL_EXIT_OK;
+    }
+    if (run.o.csv && !(run.csv = report_csv_open(run.o.csv))) {
+        fprintf(stderr, "%s: --csv '%s': cannot open it for appending\n", ch->id, run.o.csv);
+        return KL_EXIT_USAGE;
+    }
+    int rc;
+    char why[256];
+    if (device_open(&run.dev, why, sizeof why)) {
+        printf("%s: %s; running and timing the CPU reference only\n", ch->id, why);
+        rc = run.o.exercise ? KL_EXIT_OK : run_cpu_only(&run);
+    } else {
+        run.on_gpu = 1;
+        run.copy_gbps = measure_copy_gbps(&run.dev);
+        timer_init(&run.timer, &run.dev);
+        print_header(&run);
+        if (run.o.exercise) {
+            rc = run_exercise(&run);
+        } else {
+            const struct rung *all[KL_MAX_RUNGS];
+            int n = 0;
+            for (int i = 0; i < ch->n_rungs && i < KL_MAX_RUNGS; i++)
+                if (run.o.run_rung[i])
+                    all[n++] = &ch->rungs[i];
+            report_table_header(stdout);
+            rc = run_ladder(&run, all, n);
+        }
+        timer_destroy(&run.timer);
+    }
+    if (run.csv)
+        fclose(run.csv);
+    if (rc)
+        return rc;
+    return run.failed ? KL_EXIT_WRONG : KL_EXIT_OK;
+}
+
+int ladder_gpu_present(char *why, size_t why_len)
+{
+    int fds[2];
+    if (pipe(fds))
+        return 0;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        struct device_info d;
+        char msg[256] = "";
+        int ok = device_open(&d, msg, sizeof msg) == 0;
+        if (!ok && write(fds[1], msg, strlen(msg)) < 0)
+            _exit(2);
+        _exit(ok ? 0 : 1);
+    }
+    close(fds[1]);
+    ssize_t got = pid > 0 ? read(fds[0], why, why_len - 1) : -1;
+    why[got > 0 ? got : 0] = '\0';
+    close(fds[0]);
+    int status = 0;
+    if (pid > 0)
+        waitpid(pid, &status, 0);
+    return pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+int ladder_check(const struct chapter *ch, const struct rung *r, int pass, enum dtype t,
+                 const char *shape_text, uint64_t seed, struct verify_result *res, char *why,
+                 size_t why_len)
+{
+    struct shape s;
+    if (shape_parse(shape_text, &s, why, why_len) ||
+        (ch->check_shape && ch->check_shape(&s, why, why_len)))
+        return 2;
+    if (!r->launch[pass] || !(r->dtypes & (1u << t))) {
+        snprintf(why, why_len, "%s has no %s %s", r->name, ch->passes[pass], dtype_name(t));
+        return -1;
+    }
+    struct problem p;
+    if (problem_init(&p, ch, pass, t, &s, why, why_len) ||
+        problem_alloc_host(&p, why, why_len))
+        return 2;
+    struct rng rng = rng_seeded(seed);
+    ch->fill(&p, &rng);
+    ch->reference(&p);
+    struct device_info dev;
+    struct run run;
+    memset(&run, 0, sizeof run);
+    if (device_open(&dev, why, why_len) == 0) {
+        run.dev = dev;
+        const char *skip = unsupported_reason(&run, r, &p);
+        if (skip) {
+            snprintf(why, why_len, "%s", skip);
+            problem_free(&p);
+            return -1;
+        }
+    } else {
+        problem_free(&p);
+        return -1;
+    }
+    struct pool pl;
+    if (pool_create(&pl, &p, 1, why, why_len)) {
+        problem_free(&p);
+        return 2;
+    }
+    int bad_tensor;
+    *res = pool_verify(&pl, &p, r->launch[pass], 0, &bad_tensor);
+    pool_destroy(&pl);
+    problem_free(&p);
+    return res->ok ? 0 : 1;
+}

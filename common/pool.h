@@ -1,0 +1,44 @@
+/* Device memory for a problem: a pool of input/output sets, so that timed launches can each
+ * read inputs no earlier launch left in the L2 (DESIGN.md, Timing). */
+#ifndef KL_POOL_H
+#define KL_POOL_H
+
+#include "ladder.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct pool {
+    char *base;
+    size_t stride;                       /* bytes of one set, tensors 256-byte aligned */
+    size_t in_off[KL_MAX_TENSORS], out_off[KL_MAX_TENSORS];
+    int nsets;
+};
+
+/* Bytes of one set of p's tensors. */
+size_t pool_set_bytes(const struct problem *p);
+
+/* How many sets of p's tensors fit in free GPU memory; 0 with a message in why if none. */
+size_t pool_sets_that_fit(const struct problem *p, char *why, size_t why_len);
+
+/* Allocates up to want sets (at least one) and copies p's inputs into each. Returns 0, or -1
+ * with a message in why when not even one set fits in GPU memory. */
+int pool_create(struct pool *pl, const struct problem *p, int want, char *why, size_t why_len);
+void pool_destroy(struct pool *pl);
+
+struct launch_args pool_args(const struct pool *pl, const struct problem *p, int set);
+
+/* Fills set's outputs with NaN (all bits set is NaN in fp32 and fp16 alike). */
+void pool_poison_outputs(const struct pool *pl, const struct problem *p, int set,
+                         cudaStream_t s);
+
+/* Runs launch once on set 0, outputs poisoned first, and compares every output with the
+ * reference. */
+struct verify_result pool_verify(const struct pool *pl, const struct problem *p, launch_fn launch,
+                                 cudaStream_t s, int *bad_tensor);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,99 @@
+#include "timing.h"
+
+#include "check.h"
+
+void timer_init(struct timer *t, const struct device_info *d)
+{
+    CUDA_CHECK(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreate(&t->start));
+    CUDA_CHECK(cudaEventCreate(&t->stop));
+    t->flush_bytes = 2 * d->l2_bytes;
+    CUDA_CHECK(cudaMalloc(&t->flush, t->flush_bytes));
+}
+
+void timer_destroy(struct timer *t)
+{
+    CUDA_CHECK(cudaFree(t->flush));
+    CUDA_CHECK(cudaEventDestroy(t->start));
+    CUDA_CHECK(cudaEventDestroy(t->stop));
+    CUDA_CHECK(cudaStreamDestroy(t->stream));
+}
+
+int cold_sets_needed(const struct device_info *d, size_t set_bytes)
+{
+    size_t l2x2 = 2 * d->l2_bytes;
+    if (set_bytes >= l2x2)
+        return 1; /* one launch streams more than twice the L2 between two reads of a byte */
+    size_t sets = (l2x2 + set_bytes - 1) / set_bytes + 1;
+    return sets > KL_MAX_LAUNCHES_PER_REPLAY ? KL_MAX_LAUNCHES_PER_REPLAY : (int)sets;
+}
+
+static cudaGraphExec_t capture(struct timer *t, const struct pool *pl, const struct problem *p,
+                               launch_fn launch, int count)
+{
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(t->stream, cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < count; k++) {
+        struct launch_args a = pool_args(pl, p, k);
+        launch(&a, t->stream);
+    }
+    CUDA_CHECK(cudaStreamEndCapture(t->stream, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    return exec;
+}
+
+/* Milliseconds of one replay (or, without a graph, one launch on set `set`). */
+static float time_once(struct timer *t, cudaGraphExec_t exec, const struct pool *pl,
+                       const struct problem *p, launch_fn launch, int set, int cold)
+{
+    if (cold)
+        CUDA_CHECK(cudaMemsetAsync(t->flush, set & 0xff, t->flush_bytes, t->stream));
+    CUDA_CHECK(cudaEventRecord(t->start, t->stream));
+    if (exec) {
+        CUDA_CHECK(cudaGraphLaunch(exec, t->stream));
+    } else {
+        struct launch_args a = pool_args(pl, p, set);
+        launch(&a, t->stream);
+    }
+    CUDA_CHECK(cudaEventRecord(t->stop, t->stream));
+    CUDA_CHECK(cudaEventSynchronize(t->stop));
+    float ms;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, t->start, t->stop));
+    return ms;
+}
+
+/* Launches per replay so that one replay lasts about KL_REPLAY_TARGET_US. */
+static int choose_launches(struct timer *t, const struct pool *pl, const struct problem *p,
+                           launch_fn launch)
+{
+    enum { PROBE = 10 };
+    cudaGraphExec_t probe = capture(t, pl, p, launch, PROBE);
+    time_once(t, probe, pl, p, launch, 0, 0);
+    double us = 1e3 * time_once(t, probe, pl, p, launch, 0, 0) / PROBE;
+    CUDA_CHECK(cudaGraphExecDestroy(probe));
+    int k = us > 0 ? (int)(KL_REPLAY_TARGET_US / us) + 1 : KL_MAX_LAUNCHES_PER_REPLAY;
+    return k < 1 ? 1 : k > KL_MAX_LAUNCHES_PER_REPLAY ? KL_MAX_LAUNCHES_PER_REPLAY : k;
+}
+
+int time_launches(struct timer *t, const struct pool *pl, const struct problem *p,
+                  launch_fn launch, const struct timing_opts *o, double *us)
+{
+    int cold = !o->hot_l2;
+    if (o->no_graph) {
+        for (int i = 0; i < o->warmup; i++)
+            time_once(t, NULL, pl, p, launch, i, cold);
+        for (int i = 0; i < o->iters; i++)
+            us[i] = 1e3 * time_once(t, NULL, pl, p, launch, i, cold);
+        return 1;
+    }
+    int k = choose_launches(t, pl, p, launch);
+    cudaGraphExec_t exec = capture(t, pl, p, launch, k);
+    for (int i = 0; i < o->warmup; i++)
+        time_once(t, exec, pl, p, launch, i, cold);
+    for (int i = 0; i < o->iters; i++)
+        us[i] = 1e3 * time_once(t, exec, pl, p, launch, i, cold) / k;
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    return k;
+}

@@ -1,0 +1,63 @@
+#include "verify.h"
+
+#include <math.h>
+
+struct tolerance tolerance_for(enum dtype t, size_t reduction_len)
+{
+    double growth = sqrt((double)(reduction_len ? reduction_len : 1));
+    struct tolerance tol;
+    switch (t) {
+    case DT_FP16: /* one rounding of the output: 2^-11 relative, plus fp32 accumulation */
+        tol.atol = 1e-5 * growth;
+        tol.rtol = 1e-3 + 1e-5 * growth;
+        break;
+    case DT_I32:
+        tol.atol = 0;
+        tol.rtol = 0;
+        break;
+    case DT_FP32:
+    default:
+        tol.atol = 1e-6 * growth;
+        tol.rtol = 1e-5 * growth;
+        break;
+    }
+    return tol;
+}
+
+struct verify_result verify(const void *out, enum dtype t, const double *ref, size_t n,
+                            struct tolerance tol)
+{
+    struct verify_result r = {1, 0, 0, 0, 0, 0, 0, 0};
+    double err2 = 0, ref2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        double o = load_as_double(out, t, i), e = ref[i];
+        int bad;
+        if (isnan(e) || isnan(o)) {
+            bad = !(isnan(e) && isnan(o));
+        } else if (isinf(e) || isinf(o)) {
+            bad = o != e;
+        } else {
+            double diff = fabs(o - e);
+            bad = !(diff <= tol.atol + tol.rtol * fabs(e));
+            if (diff > r.max_abs_err)
+                r.max_abs_err = diff;
+            if (e != 0 && diff / fabs(e) > r.max_rel_err)
+                r.max_rel_err = diff / fabs(e);
+            err2 += diff * diff;
+            ref2 += e * e;
+        }
+        if (bad) {
+            if (r.ok) {
+                r.first_bad = i;
+                r.bad_out = o;
+                r.bad_ref = e;
+            }
+            r.ok = 0;
+            r.n_bad++;
+        }
+    }
+    if (!r.ok && (isnan(r.bad_out) || isinf(r.bad_out)))
+        r.max_abs_err = INFINITY; /* a NaN or infinity where a number belongs is no small error */
+    r.norm_rel_err = ref2 > 0 ? sqrt(err2 / ref2) : (err2 > 0 ? INFINITY : 0);
+    return r;
+}
