@@ -1,0 +1,131 @@
+# Kernel Ladder: one build for every chapter. `make help` lists the targets.
+
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(or $(wildcard $(CUDA_HOME)/bin/nvcc),$(shell command -v nvcc 2>/dev/null))
+CUDA_ARCHS ?= 75 80 86 89 90
+CC ?= gcc
+
+BUILD := build
+CHAPTERS := $(patsubst chapters/%/main.cu,%,$(sort $(wildcard chapters/*/main.cu)))
+
+# Machine code for every listed GPU, plus PTX of the newest so later GPUs can JIT it.
+LAST_ARCH := $(lastword $(CUDA_ARCHS))
+GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+           -gencode arch=compute_$(LAST_ARCH),code=compute_$(LAST_ARCH)
+
+WARN := -Wall -Wextra
+CFLAGS := -std=c11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -I$(CUDA_HOME)/include
+NVCCFLAGS := -std=c++17 -O3 -lineinfo $(GENCODE) -Xcompiler -Wall,-Wextra -Icommon
+LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64
+LDLIBS := -lcudnn -lcublas -lm
+
+COMMON_C := $(wildcard common/*.c)
+COMMON_OBJ := $(COMMON_C:%.c=$(BUILD)/obj/%.o)
+chapter_srcs = $(wildcard chapters/$(1)/*.cu) $(wildcard chapters/$(1)/*.c)
+chapter_objs = $(patsubst %,$(BUILD)/obj/%.o,$(basename $(call chapter_srcs,$(1))))
+# The tests link each chapter's rung table from main.cu built without main().
+chapter_lib_objs = $(patsubst %/main.o,%/main.nomain.o,$(call chapter_objs,$(1)))
+
+TEST_SRC := $(wildcard tests/*.c)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+PROGRAMS := $(CHAPTERS:%=$(BUILD)/bin/%)
+
+.PHONY: all help toolkit deps deps-test deps-plots test run bench plots report sanitize clean \
+        $(addprefix chapter-,$(foreach c,$(CHAPTERS),$(firstword $(subst -, ,$(c)))))
+
+all: toolkit $(PROGRAMS) $(BUILD)/bin/tests
+
+help:
+	@echo "make               build every chapter and the tests"
+	@echo "make chapter-NN    build chapter NN; ./run then runs it"
+	@echo "make test          run every test (GPU tests skip without a GPU)"
+	@echo "make run           every chapter's ladder at its default size"
+	@echo "make bench         every chapter's size sweep into bench/results/<gpu>/"
+	@echo "make plots         plots/*.svg from the CSVs (gnuplot)"
+	@echo "make report        BENCHMARKS.md and the chapter tables from the CSVs"
+	@echo "make sanitize      every rung under compute-sanitizer memcheck and racecheck"
+	@echo "make deps          install the Debian packages the tests and plots need"
+	@echo "CUDA_ARCHS='90' make ...   build for chosen GPUs only (default: $(CUDA_ARCHS))"
+
+toolkit:
+	@if [ -z "$(NVCC)" ]; then \
+	  echo "nvcc not found: install the CUDA toolkit (12.x or 13.x) with cuDNN 9, or set"; \
+	  echo "CUDA_HOME=/path/to/cuda (looked in $(CUDA_HOME)/bin and on PATH)"; exit 3; fi
+	@if [ ! -f $(CUDA_HOME)/include/cudnn.h ] && [ ! -f /usr/include/cudnn.h ]; then \
+	  echo "cudnn.h not found: install cuDNN 9 for your CUDA (the vendor rungs need it)"; \
+	  exit 3; fi
+
+# Debian packages: Criterion for the tests, gnuplot for the plots.
+deps:
+	@pkgs="libcriterion-dev gnuplot-nox python3"; \
+	sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	echo "installing $$pkgs"; \
+	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$pkgs
+
+deps-test:
+	@[ -f /usr/include/criterion/criterion.h ] || $(MAKE) --no-print-directory deps
+
+deps-plots:
+	@command -v gnuplot >/dev/null || $(MAKE) --no-print-directory deps
+
+$(BUILD)/obj/%.o: %.c | toolkit
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(if $(filter chapters/%,$<),-I$(dir $<)) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu | toolkit
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -I$(dir $<) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.nomain.o: %.cu | toolkit
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -I$(dir $<) -DKL_NO_MAIN -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/tests/%.o: tests/%.c | deps-test toolkit
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(addprefix -Ichapters/,$(CHAPTERS)) -MMD -MP -c $< -o $@
+
+.SECONDARY:
+.SECONDEXPANSION:
+$(BUILD)/bin/%: $(COMMON_OBJ) $$(call chapter_objs,%)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bin/tests: $(TEST_OBJ) $(COMMON_OBJ) $(foreach c,$(CHAPTERS),$(call chapter_lib_objs,$(c)))
+	@mkdir -p $(dir $@)
+	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lcriterion
+
+# make chapter-01: build chapter 01 and point ./run at it.
+chapter-%: toolkit
+	@ch=$$(cd chapters && ls -d $*-* 2>/dev/null | head -1); \
+	if [ -z "$$ch" ]; then echo "no chapter $* (have: $(CHAPTERS))"; exit 2; fi; \
+	$(MAKE) --no-print-directory $(BUILD)/bin/$$ch && ln -sf $(BUILD)/bin/$$ch run && \
+	echo "./run now runs $$ch (try ./run --help)"
+
+test: deps-test toolkit $(BUILD)/bin/tests
+	$(BUILD)/bin/tests --jobs 4
+
+run: toolkit $(PROGRAMS)
+	@status=0; for p in $(PROGRAMS); do $$p || status=$$?; echo; done; exit $$status
+
+bench: toolkit $(PROGRAMS)
+	bench/run $(BENCH_CHAPTERS)
+
+plots: deps-plots
+	plots/render
+
+report:
+	python3 bench/report.py
+
+# Small odd shapes keep the sanitizer runs short; single launches keep its log readable.
+SANITIZE_FLAGS := --iters 2 --warmup 1 --no-graph
+sanitize: toolkit $(PROGRAMS)
+	@command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found (it ships with the CUDA toolkit)"; exit 3; }
+	@set -e; for p in $(PROGRAMS); do for tool in memcheck racecheck; do \
+	  echo "== $$tool $$p"; \
+	  compute-sanitizer --tool $$tool --error-exitcode 1 $$p $(SANITIZE_FLAGS) --shape 4099; \
+	done; done
+
+clean:
+	rm -rf $(BUILD) run
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
