@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""bench/report.py: the generator behind `make report` (needs no GPU).
+
+Reads bench/results/<gpu>/NN-name.csv (the rows the chapter programs wrote during `make bench`)
+and bench/sweeps/NN-name.txt (which shapes are the `seed`, `large` and `sweep` configurations),
+and writes
+  BENCHMARKS.md                 every GPU folder, every chapter: seed and large tables in full,
+                                then one compact table of the size sweep;
+  chapters/NN-name/README.md    the text between <!-- bench:begin --> and <!-- bench:end -->:
+                                the chapter's ladder at its seed and large shapes, for one GPU
+                                ($BENCH_GPU, else h200 if measured, else the first folder).
+The output depends on the input files only (and $BENCH_GPU), so it is the same bytes every run.
+A malformed CSV stops it with exit status 1 and a message naming the file and line.
+"""
+import csv
+import glob
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = "bench/results"
+SWEEPS = "bench/sweeps"
+HEADER = ("chapter,pass,variant,dtype,shape,median_us,min_us,max_us,gbps,tflops,pct_roof,"
+          "vs_vendor,max_abs_err,rel_err,verified,gpu,cc,cuda,date").split(",")
+NUMERIC = ["median_us", "min_us", "max_us", "gbps", "tflops", "pct_roof", "vs_vendor",
+           "max_abs_err", "rel_err"]
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+PASS_ORDER = ["fwd", "bwd", "bwd_input", "bwd_weight", "step"]
+PASS_NAME = {"fwd": "forward", "bwd": "backward", "bwd_input": "backward (input)",
+             "bwd_weight": "backward (weight)", "step": "training step"}
+DTYPE_ORDER = ["fp32", "fp16"]
+
+
+class Malformed(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------- reading
+
+def read_csv(path, chapter):
+    """The rows of one results CSV as dicts, numbers as floats (None where empty)."""
+    rows = []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        for fields in reader:
+            where = f"{path}:{reader.line_num}"
+            if reader.line_num == 1:
+                if fields != HEADER:
+                    raise Malformed(f"{where}: the header is not the one in DESIGN.md "
+                                    f"({','.join(HEADER)})")
+                continue
+            if not fields:          # a blank line
+                continue
+            if len(fields) != len(HEADER):
+                raise Malformed(f"{where}: {len(fields)} fields, expected {len(HEADER)}")
+            row = dict(zip(HEADER, fields))
+            if row["chapter"] != chapter:
+                raise Malformed(f"{where}: chapter is '{row['chapter']}', expected '{chapter}'")
+            for key in NUMERIC:
+                text = row[key].strip()
+                try:
+                    row[key] = float(text) if text else None
+                except ValueError:
+                    raise Malformed(f"{where}: {key} is '{text}', not a number") from None
+            if row["verified"] not in ("0", "1"):
+                raise Malformed(f"{where}: verified is '{row['verified']}', expected 0 or 1")
+            row["verified"] = row["verified"] == "1"
+            rows.append(row)
+    if not rows and os.path.getsize(path) == 0:
+        raise Malformed(f"{path}:1: empty file, expected the header line")
+    return rows
+
+
+def read_sweep(path):
+    """{label: [shapes in file order]} from a sweep file (`LABEL SHAPE [FLAGS...]` a line)."""
+    shapes = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            words = line.split("#", 1)[0].split()
+            if not words:
+                continue
+            if len(words) < 2:
+                raise Malformed(f"{path}:{n}: expected 'LABEL SHAPE [FLAGS...]'")
+            if words[1] not in shapes.setdefault(words[0], []):
+                shapes[words[0]].append(words[1])
+    return shapes
+
+
+def rank(order, value):
+    """Sort key: the listed values first, in list order, then the rest by name."""
+    return (order.index(value), "") if value in order else (len(order), value)
+
+
+def variant_key(v):
+    """v1 < v2 < ... < v10 by rung number, then vendor, then anything else (cpu)."""
+    m = re.match(r"v(\d+)", v)
+    if m:
+        return (0, int(m.group(1)), v)
+    return (1 if v == "vendor" else 2, 0, v)
+
+
+def latest(rows):
+    """Drop repeats of one (pass, variant, dtype, shape): the last row in the file wins."""
+    last = {}
+    for r in rows:
+        last[(r["pass"], r["variant"], r["dtype"], r["shape"])] = r
+    return [r for r in rows if last[(r["pass"], r["variant"], r["dtype"], r["shape"])] is r]
+
+
+# ---------------------------------------------------------------------------------- formatting
+
+def fmt_us(x):
+    """Three significant figures (2.61, 12.3, 517; 0.512), whole microseconds from 100 on."""
+    if x is None:
+        return ""
+    if x < 100:
+        x = float(f"{x:.3g}")   # so 9.996 prints 10.0, not 10.00
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    if x >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3g}"
+
+
+def fmt_num(x, spec):
+    return "" if x is None else format(x, spec)
+
+
+def fmt_tflops(x):
+    return "" if x is None else (f"{x:.1f}" if x >= 1 else f"{x:.2g}")
+
+
+def rate_unit(rows):
+    """'GB/s', 'TFLOP/s', or '' when the rows mix them (each cell then names its unit)."""
+    units = {("GB/s" if r["gbps"] is not None else "TFLOP/s") for r in rows
+             if r["gbps"] is not None or r["tflops"] is not None}
+    return units.pop() if len(units) == 1 else ("" if units else "GB/s")
+
+
+def fmt_rate(r, unit):
+    if r is None:
+        return ""
+    if r["gbps"] is not None:
+        text = fmt_num(r["gbps"], ".0f")
+        return text if unit else text + " GB/s"
+    if r["tflops"] is not None:
+        text = fmt_tflops(r["tflops"])
+        return text if unit else text + " TFLOP/s"
+    return ""
+
+
+def fmt_x(x):
+    return "" if x is None else f"{x:.2f}x"
+
+
+def table(header, align, rows):
+    """A Markdown table; align is a string of 'l'/'r', one a column."""
+    out = ["| " + " | ".join(header) + " |",
+           "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return out
+
+
+def span(dates):
+    """'2026-11-29', or '2026-11-28 to 2026-11-29' (ISO dates sort as text)."""
+    dates = sorted(set(d for d in dates if d))
+    if not dates:
+        return "?"
+    return dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+
+
+def distinct(values):
+    """Every value met, sorted ('CUDA 13.0', or '12.8, 13.0' if the runs differ)."""
+    return ", ".join(sorted(set(v for v in values if v))) or "?"
+
+
+# ---------------------------------------------------------------------------------- BENCHMARKS.md
+
+def sort_rows(rows):
+    return sorted(rows, key=lambda r: (rank(PASS_ORDER, r["pass"]), rank(DTYPE_ORDER, r["dtype"]),
+                                       variant_key(r["variant"])))
+
+
+def full_table(rows):
+    unit = rate_unit(rows)
+    body = [[r["pass"], r["dtype"], r["variant"], fmt_us(r["median_us"]),
+             f"{fmt_us(r['min_us'])}-{fmt_us(r['max_us'])}" if r["min_us"] is not None else "",
+             fmt_rate(r, unit), fmt_num(r["pct_roof"], ".1f"), fmt_x(r["vs_vendor"]),
+             fmt_num(r["max_abs_err"], ".2e"), "yes" if r["verified"] else "NO"]
+            for r in sort_rows(rows)]
+    return table(["pass", "dtype", "variant", "median us", "min-max us", unit or "rate",
+                  "% of roof", "vs vendor", "max abs err", "verified"], "lllrrrrrrl", body)
+
+
+def sweep_table(rows, shapes):
+    """One row per (pass, dtype, shape): the fastest verified rung against the vendor."""
+    unit = rate_unit(rows)
+    by_key = {}
+    for r in rows:
+        by_key.setdefault((r["pass"], r["dtype"], r["shape"]), []).append(r)
+    passes = sorted({r["pass"] for r in rows}, key=lambda p: rank(PASS_ORDER, p))
+    dtypes = sorted({r["dtype"] for r in rows}, key=lambda d: rank(DTYPE_ORDER, d))
+    body = []
+    for p in passes:
+        for d in dtypes:
+            for shape in shapes:
+                group = by_key.get((p, d, shape))
+                if not group:
+                    continue
+                vendor = next((r for r in group if r["variant"] == "vendor"), None)
+                rungs = [r for r in group if r["variant"] != "vendor" and r["verified"]
+                         and r["median_us"] is not None]
+                best = min(rungs, key=lambda r: (r["median_us"], variant_key(r["variant"])),
+                           default=None)
+                speedup = (vendor["median_us"] / best["median_us"]
+                           if best and vendor and vendor["median_us"] and best["median_us"]
+                           else None)
+                body.append([p, d, shape, best["variant"] if best else "(none verified)",
+                             fmt_us(best and best["median_us"]), fmt_rate(best, unit),
+                             fmt_us(vendor and vendor["median_us"]), fmt_rate(vendor, unit),
+                             fmt_x(speedup)])
+    rate = unit or "rate"
+    return table(["pass", "dtype", "shape", "best rung", "us", rate, "vendor us",
+                  f"vendor {rate}", "best vs vendor"], "llllrrrrr", body)
+
+
+def chapter_section(chapter, rows, labels):
+    out = [f"### {chapter}", ""]
+    if labels is None:
+        warn(f"no {SWEEPS}/{chapter}.txt: every shape of {chapter} goes in its sweep table")
+        labels = {"sweep": list(dict.fromkeys(r["shape"] for r in rows))}
+    extra = sorted({r["shape"] for r in rows} - {s for ss in labels.values() for s in ss})
+    if extra:
+        warn(f"{chapter}: shapes measured but not in {SWEEPS}/{chapter}.txt, left out: "
+             + " ".join(extra))
+    for label, title in (("seed", "Seed configuration"), ("large", "Large configuration")):
+        for shape in labels.get(label, []):
+            chosen = [r for r in rows if r["shape"] == shape]
+            if chosen:
+                out += [f"{title} `{shape}`:", ""] + full_table(chosen) + [""]
+    shapes = labels.get("sweep", [])
+    chosen = [r for r in rows if r["shape"] in shapes]
+    if chosen:
+        out += ["Size sweep: the fastest verified rung at each shape against the vendor library "
+                "(`best vs vendor` above 1 means faster):", ""]
+        out += sweep_table(chosen, shapes) + [""]
+    return out
+
+
+def gpu_section(folder, chapters):
+    """chapters: [(chapter, rows)] of one results folder."""
+    rows = [r for _, rs in chapters for r in rs]
+    out = [f"## {distinct(r['gpu'] for r in rows)}", "",
+           f"Compute capability {distinct(r['cc'] for r in rows)}, "
+           f"CUDA {distinct(r['cuda'] for r in rows)}, measured {span(r['date'] for r in rows)}; "
+           f"results in `{RESULTS}/{folder}/`.", ""]
+    for chapter, rs in chapters:
+        out += chapter_section(chapter, rs, load_sweep(chapter))
+    return out
+
+
+# ---------------------------------------------------------------------------------- READMEs
+
+def readme_block(rows, labels):
+    """The chapter's ladder at its seed and large shapes, fp32 and fp16 side by side."""
+    unit = rate_unit(rows)
+    rate = unit or "rate"
+    dtypes = sorted({r["dtype"] for r in rows}, key=lambda d: rank(DTYPE_ORDER, d))
+    out = ["", f"Measured on the {distinct(r['gpu'] for r in rows)} "
+           f"(compute capability {distinct(r['cc'] for r in rows)}, "
+           f"CUDA {distinct(r['cuda'] for r in rows)}), "
+           f"{span(r['date'] for r in rows)}. Reproduce with `make bench && make report`; "
+           f"every shape is in [BENCHMARKS.md](../../BENCHMARKS.md). "
+           f"`vs vendor` above 1 means faster than the vendor library.", ""]
+    for label, title in (("seed", "Seed"), ("large", "Large")):
+        for shape in labels.get(label, []):
+            chosen = [r for r in rows if r["shape"] == shape]
+            for p in sorted({r["pass"] for r in chosen}, key=lambda p: rank(PASS_ORDER, p)):
+                cells = {(r["variant"], r["dtype"]): r for r in chosen if r["pass"] == p}
+                header, body = ["rung"], []
+                for d in dtypes:
+                    header += [f"{d} us", f"{d} {rate}", f"{d} % roof", f"{d} vs vendor"]
+                for v in sorted({v for v, _ in cells}, key=variant_key):
+                    line = [v]
+                    for d in dtypes:
+                        r = cells.get((v, d))
+                        us = fmt_us(r and r["median_us"])
+                        if r and not r["verified"]:
+                            us += " (failed check)"
+                        line += [us, fmt_rate(r, unit), fmt_num(r and r["pct_roof"], ".1f"),
+                                 fmt_x(r and r["vs_vendor"])]
+                    body.append(line)
+                out += [f"**{title}, `{shape}`, {PASS_NAME.get(p, p)}**", ""]
+                out += table(header, "l" + "r" * (len(header) - 1), body) + [""]
+    return out
+
+
+def update_readme(chapter, rows):
+    path = f"chapters/{chapter}/README.md"
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    lines = text.split("\n")
+    try:
+        b = next(i for i, l in enumerate(lines) if l.strip() == BEGIN)
+        e = next(i for i, l in enumerate(lines) if l.strip() == END and i > b)
+    except StopIteration:
+        warn(f"{path} has no {BEGIN} ... {END} lines; left alone")
+        return
+    labels = load_sweep(chapter) or {}
+    block = readme_block(rows, labels)
+    write(path, "\n".join(lines[:b + 1] + block + lines[e:]))
+
+
+# ---------------------------------------------------------------------------------- main
+
+def warn(message):
+    print(f"bench/report.py: warning: {message}", file=sys.stderr)
+
+
+def load_sweep(chapter):
+    path = f"{SWEEPS}/{chapter}.txt"
+    return read_sweep(path) if os.path.exists(path) else None
+
+
+def write(path, text):
+    """Write only when the bytes change, so make and git see no churn."""
+    old = open(path, encoding="utf-8").read() if os.path.exists(path) else None
+    if old != text:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"wrote {path}")
+    else:
+        print(f"{path} unchanged")
+
+
+def main():
+    os.chdir(ROOT)
+    folders = {}    # folder -> [(chapter, rows)]
+    for path in sorted(glob.glob(f"{RESULTS}/*/[0-9][0-9]-*.csv")):
+        chapter = os.path.basename(path)[:-4]
+        rows = latest([r for r in read_csv(path, chapter) if r["variant"] != "cpu"])
+        if rows:
+            folders.setdefault(os.path.basename(os.path.dirname(path)), []).append((chapter, rows))
+
+    out = ["# Benchmarks", "",
+           f"Generated by `make report` from the CSVs in `{RESULTS}/` (written by `make bench`); "
+           "do not edit by hand. Times are kernel times in microseconds (median of the samples, "
+           "then min-max), `% of roof` is against the roof measured in the same run, and "
+           "`vs vendor` is the vendor's time over the rung's (above 1 means faster).", ""]
+    if not folders:
+        out += ["No results yet: run `make bench` on a machine with an NVIDIA GPU.", ""]
+    for folder in sorted(folders):
+        out += gpu_section(folder, folders[folder])
+    while out[-1] == "":
+        out.pop()
+    write("BENCHMARKS.md", "\n".join(out) + "\n")
+
+    # The chapter READMEs show one GPU: the one the plots show too.
+    env = os.environ.get("BENCH_GPU")
+    folder = env if env else ("h200" if "h200" in folders else min(folders, default=None))
+    if env and env not in folders:
+        warn(f"BENCH_GPU={env}, but {RESULTS}/{env}/ has no results; READMEs left alone")
+    for chapter, rows in folders.get(folder, []):
+        update_readme(chapter, rows)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Malformed as e:
+        sys.exit(f"bench/report.py: {e}")
