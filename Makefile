@@ -6,6 +6,10 @@ CUDA_ARCHS ?= 75 80 86 89 90
 CC ?= gcc
 
 BUILD := build
+# Objects live in a folder per target list, so changing CUDA_ARCHS rebuilds what it must.
+empty :=
+space := $(empty) $(empty)
+OBJ := $(BUILD)/obj-sm$(subst $(space),-,$(strip $(CUDA_ARCHS)))
 CHAPTERS := $(patsubst chapters/%/main.cu,%,$(sort $(wildcard chapters/*/main.cu)))
 
 # Machine code for every listed GPU, plus PTX of the newest so later GPUs can JIT it.
@@ -20,14 +24,14 @@ LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64
 LDLIBS := -lcudnn -lcublas -lm
 
 COMMON_C := $(wildcard common/*.c)
-COMMON_OBJ := $(COMMON_C:%.c=$(BUILD)/obj/%.o)
+COMMON_OBJ := $(COMMON_C:%.c=$(OBJ)/%.o)
 chapter_srcs = $(wildcard chapters/$(1)/*.cu) $(wildcard chapters/$(1)/*.c)
-chapter_objs = $(patsubst %,$(BUILD)/obj/%.o,$(basename $(call chapter_srcs,$(1))))
+chapter_objs = $(patsubst %,$(OBJ)/%.o,$(basename $(call chapter_srcs,$(1))))
 # The tests link each chapter's rung table from main.cu built without main().
 chapter_lib_objs = $(patsubst %/main.o,%/main.nomain.o,$(call chapter_objs,$(1)))
 
 TEST_SRC := $(wildcard tests/*.c)
-TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(OBJ)/%.o)
 PROGRAMS := $(CHAPTERS:%=$(BUILD)/bin/%)
 
 .PHONY: all help toolkit deps deps-test deps-plots test run bench plots report sanitize clean \
@@ -68,19 +72,19 @@ deps-test:
 deps-plots:
 	@command -v gnuplot >/dev/null || $(MAKE) --no-print-directory deps
 
-$(BUILD)/obj/%.o: %.c | toolkit
+$(OBJ)/%.o: %.c | toolkit
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(if $(filter chapters/%,$<),-I$(dir $<)) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu | toolkit
+$(OBJ)/%.o: %.cu | toolkit
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I$(dir $<) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%.nomain.o: %.cu | toolkit
+$(OBJ)/%.nomain.o: %.cu | toolkit
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I$(dir $<) -DKL_NO_MAIN -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/tests/%.o: tests/%.c | deps-test toolkit
+$(OBJ)/tests/%.o: tests/%.c | deps-test toolkit
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(addprefix -Ichapters/,$(CHAPTERS)) -MMD -MP -c $< -o $@
 
@@ -128,4 +132,4 @@ sanitize: toolkit $(PROGRAMS)
 clean:
 	rm -rf $(BUILD) run
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

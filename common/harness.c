@@ -239,9 +239,10 @@ static void print_header(const struct run *run)
     format_cuda_version(d->runtime_version, rt, sizeof rt);
     format_cuda_version(d->driver_version, drv, sizeof drv);
     printf("%s: %s\n", run->ch->id, run->ch->title);
-    printf("GPU: %s, cc %s, %d SMs, %.0f MB L2, %.1f GB | CUDA runtime %s, driver %s, cuDNN "
+    printf("GPU: %s, cc %s, %d SMs, %.0f MiB L2, %.1f GiB | CUDA runtime %s, driver %s, cuDNN "
            "%zu.%zu.%zu\n",
-           d->name, cc, d->sms, (double)d->l2_bytes / 1e6, (double)d->total_mem / 1e9, rt, drv,
+           d->name, cc, d->sms, (double)d->l2_bytes / 1048576.0,
+           (double)d->total_mem / 1073741824.0, rt, drv,
            d->cudnn_version / 10000, d->cudnn_version / 100 % 100, d->cudnn_version % 100);
     printf("roof: device-to-device copy %.0f GB/s (bytes read + written) | seed %llu | %s, %s, "
            "median of %d samples after %d warm-up\n\n",
@@ -250,6 +251,7 @@ static void print_header(const struct run *run)
                            : "CUDA graph replay, time per launch",
            run->o.hot_l2 ? "hot L2 (one input set)" : "cold L2 (input pool > 2x L2, flushed)",
            run->o.iters, run->o.warmup);
+    fflush(stdout);
 }
 
 int ladder_exercise_verify(const struct chapter *ch, const struct rung *ex, unsigned dtypes,

@@ -85,6 +85,11 @@ ParameterizedTestParameters(relu_gpu, rung_matches_reference)
     return cr_make_param_array(struct rung_pass, params, (size_t)n, free_params);
 }
 
+ParameterizedTestParameters(relu_gpu, rung_handles_unaligned_pointers)
+{
+    return relu_gpu_rung_matches_reference_param();
+}
+
 ParameterizedTest(struct rung_pass *rp, relu_gpu, rung_matches_reference)
 {
     SKIP_WITHOUT_GPU();
@@ -99,6 +104,51 @@ ParameterizedTest(struct rung_pass *rp, relu_gpu, rung_matches_reference)
             cr_expect_eq(rc, 0, "%s %s %s at %s: %s element %zu is %g, reference %g", r->name,
                          pass, dtype_name(t), sizes[s], rc == 1 ? "wrong:" : why, v.first_bad,
                          v.bad_out, v.bad_ref);
+        }
+    }
+}
+
+/* Pointers that are not 16-byte aligned: the rung under test runs element 0 on its own, then
+ * elements 1..n-1 from pointers one element past the aligned ones, so the vector rungs must
+ * take their scalar paths and still write every element. */
+static const struct rung *shifted_rung;
+
+static void launch_shifted(const struct launch_args *a, cudaStream_t s)
+{
+    struct problem q = *a->p;
+    struct launch_args b = *a;
+    size_t n = q.in[0].count, esize = dtype_size(q.dtype);
+    b.p = &q;
+    for (int i = 0; i < q.n_in; i++)
+        q.in[i].count = 1;
+    q.out[0].count = 1;
+    shifted_rung->launch[q.pass](&b, s);
+    if (n == 1)
+        return;
+    for (int i = 0; i < q.n_in; i++) {
+        q.in[i].count = n - 1;
+        b.in[i] = (const char *)a->in[i] + esize;
+    }
+    q.out[0].count = n - 1;
+    b.out[0] = (char *)a->out[0] + esize;
+    shifted_rung->launch[q.pass](&b, s);
+}
+
+ParameterizedTest(struct rung_pass *rp, relu_gpu, rung_handles_unaligned_pointers)
+{
+    SKIP_WITHOUT_GPU();
+    shifted_rung = &relu_chapter.rungs[rp->rung];
+    struct rung shifted = *shifted_rung;
+    shifted.launch[rp->pass] = launch_shifted;
+    for (int t = DT_FP32; t <= DT_FP16; t++) {
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            struct verify_result v;
+            char why[256] = "";
+            int rc = ladder_check(&relu_chapter, &shifted, rp->pass, (enum dtype)t, sizes[s], 7,
+                                  &v, why, sizeof why);
+            cr_expect_eq(rc, 0, "%s %s %s at %s, unaligned: %s element %zu is %g, reference %g",
+                         shifted.name, relu_chapter.passes[rp->pass], dtype_name(t), sizes[s],
+                         rc == 1 ? "wrong:" : why, v.first_bad, v.bad_out, v.bad_ref);
         }
     }
 }

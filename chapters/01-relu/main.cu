@@ -21,6 +21,7 @@ ADAPT(v1)
 ADAPT(v2)
 ADAPT(v3)
 ADAPT(v4)
+ADAPT(v5)
 ADAPT(vendor)
 
 static void fwd_exercise(const struct launch_args *a, cudaStream_t s)
@@ -36,7 +37,7 @@ static const char *vendor_unsupported(const struct problem *p)
     return cols > 0x7fffffff || n / cols > 0x7fffffff ? "cuDNN takes int dimensions" : NULL;
 }
 
-/* One block per 256 elements must fit the 2^31 - 1 block limit of the grid. */
+/* v1 and v5 launch a block per 256 elements or more; the grid holds 2^31 - 1 blocks. */
 static const char *naive_unsupported(const struct problem *p)
 {
     return p->in[0].count / 256 >= 0x7fffffff ? "more than 2^39 elements" : NULL;
@@ -48,6 +49,8 @@ static const struct rung rungs[] = {
      0, NULL},
     {"v3_vector", "128-bit loads and stores, scalar tail", {fwd_v3, bwd_v3}, DT_FLOATS, 0, NULL},
     {"v4_vector_ilp", "4 vectors in flight per thread", {fwd_v4, bwd_v4}, DT_FLOATS, 0, NULL},
+    {"v5_one_shot", "no loop: one-shot blocks, 2 vectors per thread", {fwd_v5, bwd_v5},
+     DT_FLOATS, 0, naive_unsupported},
     {"vendor", "cuDNN cudnnActivationForward/Backward, RELU", {fwd_vendor, bwd_vendor},
      DT_FLOATS, 0, vendor_unsupported},
 };
