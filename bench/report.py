@@ -47,7 +47,7 @@ def read_csv(path, chapter):
             where = f"{path}:{reader.line_num}"
             if reader.line_num == 1:
                 if fields != HEADER:
-                    raise Malformed(f"{where}: the header is not the one in DESIGN.md "
+                    raise Malformed(f"{where}: the header is not the schema in README.md "
                                     f"({','.join(HEADER)})")
                 continue
             if not fields:          # a blank line
