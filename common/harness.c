@@ -74,6 +74,17 @@ static int build_problem(const struct run *run, struct problem *p, int pass, enu
     return 0;
 }
 
+/* GB/s or TFLOP/s of a timed row: FLOPs for passes that count them, else bytes. */
+static void set_rate(struct result_row *row, const struct problem *p, double copy_gbps)
+{
+    if (p->flops > 0) {
+        row->tflops = p->flops / (row->us.median * 1e6);
+    } else {
+        row->gbps = p->bytes / (row->us.median * 1e3);
+        row->pct_roof = copy_gbps > 0 ? 100.0 * row->gbps / copy_gbps : 0;
+    }
+}
+
 static void emit(struct run *run, const struct result_row *row)
 {
     report_table_row(stdout, row);
@@ -137,12 +148,7 @@ static int run_group(struct run *run, int pass, enum dtype t, const struct rung 
         time_launches(&run->timer, &pl, &p, list[i]->launch[pass], &topts, samples);
         row->timed = 1;
         row->us = summarize(samples, (size_t)run->o.iters);
-        if (p.flops > 0) {
-            row->tflops = p.flops / (row->us.median * 1e6);
-        } else {
-            row->gbps = p.bytes / (row->us.median * 1e3);
-            row->pct_roof = 100.0 * row->gbps / run->copy_gbps;
-        }
+        set_rate(row, &p, run->copy_gbps);
         if (is_vendor(list[i]))
             vendor_us = row->us.median;
     }
@@ -157,7 +163,45 @@ static int run_group(struct run *run, int pass, enum dtype t, const struct rung 
     return 0;
 }
 
-/* Every selected pass and dtype, for the rungs in list that have that pass and dtype. */
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* No GPU: time the CPU reference, so the program still teaches something and exits 0. */
+static int run_cpu_group(struct run *run, int pass, enum dtype t)
+{
+    struct problem p;
+    int rc = build_problem(run, &p, pass, t);
+    if (rc)
+        return rc;
+    int samples = run->o.iters < 5 ? run->o.iters : 5; /* the CPU is slow; 5 will do */
+    double us[5];
+    for (int i = 0; i < samples; i++) {
+        double t0 = seconds_now();
+        run->ch->reference(&p);
+        us[i] = 1e6 * (seconds_now() - t0);
+    }
+    struct result_row row = {0};
+    row.chapter = run->ch->id;
+    row.pass = run->ch->passes[pass];
+    row.variant = "cpu";
+    row.shape = p.shape.text;
+    row.dtype = t;
+    row.timed = 1;
+    row.us = summarize(us, (size_t)samples);
+    set_rate(&row, &p, 0);
+    row.verified = 1;
+    row.verdict = "reference";
+    emit(run, &row);
+    problem_free(&p);
+    return 0;
+}
+
+/* Every selected pass and dtype: on the GPU for the rungs in list that have that pass and
+ * dtype, else the CPU reference alone. */
 static int run_ladder(struct run *run, const struct rung *const *all, int n_all)
 {
     for (int pass = 0; pass < run->ch->n_passes; pass++) {
@@ -171,61 +215,11 @@ static int run_ladder(struct run *run, const struct rung *const *all, int n_all)
             for (int i = 0; i < n_all; i++)
                 if (all[i]->launch[pass] && (all[i]->dtypes & (1u << t)))
                     list[n++] = all[i];
-            if (n == 0)
-                continue;
-            int rc = run_group(run, pass, (enum dtype)t, list, n);
+            int rc = !run->on_gpu ? run_cpu_group(run, pass, (enum dtype)t)
+                     : n > 0      ? run_group(run, pass, (enum dtype)t, list, n)
+                                  : 0;
             if (rc)
                 return rc;
-        }
-    }
-    return 0;
-}
-
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* No GPU: time the CPU reference, so the program still teaches something and exits 0. */
-static int run_cpu_only(struct run *run)
-{
-    snprintf(run->dev.name, sizeof run->dev.name, "none");
-    report_table_header(stdout);
-    for (int pass = 0; pass < run->ch->n_passes; pass++) {
-        if (!(run->o.passes & (1u << pass)))
-            continue;
-        for (int t = DT_FP32; t <= DT_FP16; t++) {
-            if (!(run->o.dtypes & (1u << t)))
-                continue;
-            struct problem p;
-            int rc = build_problem(run, &p, pass, (enum dtype)t);
-            if (rc)
-                return rc;
-            int samples = run->o.iters < 5 ? run->o.iters : 5; /* the CPU is slow; 5 will do */
-            double us[5];
-            for (int i = 0; i < samples; i++) {
-                double t0 = seconds_now();
-                run->ch->reference(&p);
-                us[i] = 1e6 * (seconds_now() - t0);
-            }
-            struct result_row row = {0};
-            row.chapter = run->ch->id;
-            row.pass = run->ch->passes[pass];
-            row.variant = "cpu";
-            row.shape = p.shape.text;
-            row.dtype = (enum dtype)t;
-            row.timed = 1;
-            row.us = summarize(us, (size_t)samples);
-            if (p.flops > 0)
-                row.tflops = p.flops / (row.us.median * 1e6);
-            else
-                row.gbps = p.bytes / (row.us.median * 1e3);
-            row.verified = 1;
-            row.verdict = "reference";
-            emit(run, &row);
-            problem_free(&p);
         }
     }
     return 0;
@@ -330,7 +324,9 @@ int ladder_main(const struct chapter *ch, int argc, char **argv)
     char why[256];
     if (device_open(&run.dev, why, sizeof why)) {
         printf("%s: %s; running and timing the CPU reference only\n", ch->id, why);
-        rc = run.o.exercise ? KL_EXIT_OK : run_cpu_only(&run);
+        snprintf(run.dev.name, sizeof run.dev.name, "none");
+        report_table_header(stdout);
+        rc = run.o.exercise ? KL_EXIT_OK : run_ladder(&run, NULL, 0);
     } else {
         run.on_gpu = 1;
         run.copy_gbps = measure_copy_gbps(&run.dev);
