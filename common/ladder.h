@@ -84,6 +84,9 @@ struct rung {
     int min_cc;                        /* e.g. 90 for Hopper-only code; 0 for any */
     /* Optional: NULL when the rung can run p, else why not (the row says "unsupported"). */
     const char *(*unsupported)(const struct problem *p);
+    /* Optional: a rung shown for its error (fp16 accumulation, say). Its rows say this text
+     * instead of FAIL when it misses the tolerance, and do not fail the run; verified is 0. */
+    const char *shown_for_error;
 };
 
 struct preset {
