@@ -19,7 +19,7 @@ GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
 
 WARN := -Wall -Wextra
 CFLAGS := -std=c11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -I$(CUDA_HOME)/include
-NVCCFLAGS := -std=c++17 -O3 -lineinfo $(GENCODE) -Xcompiler -Wall,-Wextra -Icommon
+NVCCFLAGS := -std=c++20 -O3 -lineinfo $(GENCODE) -Xcompiler -Wall,-Wextra -Icommon
 LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64
 LDLIBS := -lcudnn -lcublas -lm
 

@@ -43,21 +43,28 @@ static const char *naive_unsupported(const struct problem *p)
     return p->in[0].count / 256 >= 0x7fffffff ? "more than 2^39 elements" : NULL;
 }
 
+#define RUNG(n, v, what, why_not)                                                              \
+    {.name = n, .idea = what, .launch = {fwd_##v, bwd_##v}, .dtypes = DT_FLOATS, .min_cc = 0,   \
+     .unsupported = why_not, .shown_for_error = NULL}
 static const struct rung rungs[] = {
-    {"v1_naive", "one thread per element", {fwd_v1, bwd_v1}, DT_FLOATS, 0, naive_unsupported},
-    {"v2_grid_stride", "grid sized to the GPU, each thread loops", {fwd_v2, bwd_v2}, DT_FLOATS,
-     0, NULL},
-    {"v3_vector", "128-bit loads and stores, scalar tail", {fwd_v3, bwd_v3}, DT_FLOATS, 0, NULL},
-    {"v4_vector_ilp", "4 vectors in flight per thread", {fwd_v4, bwd_v4}, DT_FLOATS, 0, NULL},
-    {"v5_one_shot", "no loop: one-shot blocks, 2 vectors per thread", {fwd_v5, bwd_v5},
-     DT_FLOATS, 0, naive_unsupported},
-    {"vendor", "cuDNN cudnnActivationForward/Backward, RELU", {fwd_vendor, bwd_vendor},
-     DT_FLOATS, 0, vendor_unsupported},
+    RUNG("v1_naive", v1, "one thread per element", naive_unsupported),
+    RUNG("v2_grid_stride", v2, "grid sized to the GPU, each thread loops", NULL),
+    RUNG("v3_vector", v3, "128-bit loads and stores, scalar tail", NULL),
+    RUNG("v4_vector_ilp", v4, "4 vectors in flight per thread", NULL),
+    RUNG("v5_one_shot", v5, "no loop: one-shot blocks, 2 vectors per thread",
+         naive_unsupported),
+    RUNG("vendor", vendor, "cuDNN cudnnActivationForward/Backward, RELU", vendor_unsupported),
 };
 
 static const struct rung exercise = {
-    "exercise", "your fp32 float4 kernel in exercise.cu", {fwd_exercise, NULL},
-    1u << DT_FP32, 0, NULL};
+    .name = "exercise",
+    .idea = "your fp32 float4 kernel in exercise.cu",
+    .launch = {fwd_exercise},
+    .dtypes = 1u << DT_FP32,
+    .min_cc = 0,
+    .unsupported = NULL,
+    .shown_for_error = NULL,
+};
 
 static const char *const exercise_shapes[] = {"1", "2", "31", "1023", "1048579", NULL};
 
@@ -113,21 +120,21 @@ static void reference(struct problem *p)
 }
 
 extern "C" const struct chapter relu_chapter = {
-    "01-relu",
-    "ReLU forward and backward",
-    "the tensor's dimensions joined by x, e.g. 1024x1024 or 268435456",
-    {"fwd", "bwd"},
-    2,
-    presets,
-    sizeof presets / sizeof presets[0],
-    rungs,
-    sizeof rungs / sizeof rungs[0],
-    check_shape,
-    describe,
-    fill,
-    reference,
-    &exercise,
-    exercise_shapes,
+    .id = "01-relu",
+    .title = "ReLU forward and backward",
+    .shape_help = "the tensor's dimensions joined by x, e.g. 1024x1024 or 268435456",
+    .passes = {"fwd", "bwd"},
+    .n_passes = 2,
+    .presets = presets,
+    .n_presets = sizeof presets / sizeof presets[0],
+    .rungs = rungs,
+    .n_rungs = sizeof rungs / sizeof rungs[0],
+    .check_shape = check_shape,
+    .describe = describe,
+    .fill = fill,
+    .reference = reference,
+    .exercise = &exercise,
+    .exercise_shapes = exercise_shapes,
 };
 
 #ifndef KL_NO_MAIN
