@@ -146,6 +146,9 @@ int64_t shape_param(const struct shape *s, char name, int64_t fallback);
 /* Host helpers for chapters' fill functions. */
 void fill_uniform(void *buf, enum dtype t, size_t n, struct rng *r, double lo, double hi);
 
+/* malloc for buffers of any size, in huge pages where it pays; release with free. */
+void *host_alloc(size_t bytes);
+
 /* Problem lifetime, for tests that build one by hand. */
 int problem_init(struct problem *p, const struct chapter *ch, int pass, enum dtype t,
                  const struct shape *s, char *why, size_t why_len);

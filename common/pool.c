@@ -110,7 +110,7 @@ struct verify_result pool_verify(const struct pool *pl, const struct problem *p,
     *bad_tensor = -1;
     for (int i = 0; i < p->n_out; i++) {
         size_t bytes = tensor_bytes(&p->out[i]);
-        void *host = malloc(bytes);
+        void *host = host_alloc(bytes);
         if (!host) {
             fprintf(stderr, "out of host memory copying %s back (%zu bytes)\n", p->out[i].name,
                     bytes);
