@@ -120,13 +120,14 @@ plots: deps-plots
 report:
 	python3 bench/report.py
 
-# Small odd shapes keep the sanitizer runs short; single launches keep its log readable.
-SANITIZE_FLAGS := --iters 2 --warmup 1 --no-graph
+# Every chapter's `sanitize` preset, a small odd shape, keeps the runs short; single launches
+# keep the log readable.
+SANITIZE_FLAGS := --preset sanitize --iters 2 --warmup 1 --no-graph
 sanitize: toolkit $(PROGRAMS)
 	@command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found (it ships with the CUDA toolkit)"; exit 3; }
 	@set -e; for p in $(PROGRAMS); do for tool in memcheck racecheck; do \
 	  echo "== $$tool $$p"; \
-	  compute-sanitizer --tool $$tool --error-exitcode 1 $$p $(SANITIZE_FLAGS) --shape 4099; \
+	  compute-sanitizer --tool $$tool --error-exitcode 1 $$p $(SANITIZE_FLAGS); \
 	done; done
 
 clean:

@@ -71,6 +71,7 @@ static const char *const exercise_shapes[] = {"1", "2", "31", "1023", "1048579",
 static const struct preset presets[] = {
     {"seed", "1024x1024", "the reference report's ReLU"},
     {"large", "268435456", "2^28 elements, 1 GiB in fp32: far past the L2"},
+    {"sanitize", "4099", "small and odd, for make sanitize"},
 };
 
 static int check_shape(const struct shape *s, char *why, size_t why_len)

@@ -62,6 +62,7 @@ static const char *const exercise_shapes[] = {"1x1x1x1", "1x3x7x7", "3x7x33x17",
 static const struct preset presets[] = {
     {"seed", "32x128x64x64", "the reference report's bias gradient"},
     {"large", "64x256x112x112", "822 MB of fp32: a ResNet stage at batch 64"},
+    {"sanitize", "3x5x33x17", "small and odd, for make sanitize"},
 };
 
 static int check_shape(const struct shape *s, char *why, size_t why_len)
