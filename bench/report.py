@@ -26,9 +26,10 @@ HEADER = ("chapter,pass,variant,dtype,shape,median_us,min_us,max_us,gbps,tflops,
 NUMERIC = ["median_us", "min_us", "max_us", "gbps", "tflops", "pct_roof", "vs_vendor",
            "max_abs_err", "rel_err"]
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
-PASS_ORDER = ["fwd", "bwd", "bwd_input", "bwd_weight", "step"]
-PASS_NAME = {"fwd": "forward", "bwd": "backward", "bwd_input": "backward (input)",
-             "bwd_weight": "backward (weight)", "step": "training step"}
+PASS_ORDER = ["fwd", "bwd", "fwd_bwd", "bwd_input", "bwd_weight", "step"]
+PASS_NAME = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward and backward",
+             "bwd_input": "backward (input)", "bwd_weight": "backward (weight)",
+             "step": "training step"}
 DTYPE_ORDER = ["fp32", "fp16"]
 
 

@@ -87,6 +87,11 @@ int time_launches(struct timer *t, const struct pool *pl, const struct problem *
                   launch_fn launch, const struct timing_opts *o, double *us)
 {
     int cold = !o->hot_l2;
+    /* One launch outside any capture first: a rung's first call may create library handles or
+     * workspaces, which a capture forbids (with --no-verify no launch has happened yet). */
+    struct launch_args first = pool_args(pl, p, 0);
+    launch(&first, t->stream);
+    CUDA_CHECK(cudaStreamSynchronize(t->stream));
     if (o->no_graph) {
         for (int i = 0; i < o->warmup; i++)
             time_once(t, NULL, pl, p, launch, i, cold);
