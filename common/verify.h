@@ -1,7 +1,7 @@
 /* Verification: a GPU output against the CPU reference.
  *
  * The reference is computed in double from the very inputs the GPU read. An element passes when
- * |out - ref| <= atol * max|ref| + rtol * |ref| (the max over the whole output); NaN passes only where the reference is NaN too, so an
+ * |out - ref| <= atol * max(1, max|ref|) + rtol * |ref| (the max over the whole output); NaN passes only where the reference is NaN too, so an
  * output left unwritten (the harness fills outputs with NaN before every run) always fails.
  * Tolerances live here and nowhere else. */
 #ifndef KL_VERIFY_H

@@ -1,0 +1,48 @@
+/* Chapter 03, softmax over the channels of an NCHW tensor.
+ *
+ * Forward y = softmax(x) over C at every (n, h, w); backward dx = y * (dy - sum_c dy * y),
+ * which takes the forward's output y, not x. Each rung's launchers take device pointers and the
+ * tensor's dimensions; the chapter table in main.cu wraps them for the harness, and later
+ * chapters may call them directly. */
+#ifndef SOFTMAX_H
+#define SOFTMAX_H
+
+#include <stdint.h>
+
+#include "ladder.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An NCHW tensor. A "row" is the C values at one (n, h, w): they lie H*W elements apart. */
+struct softmax_dims {
+    int64_t n, c, h, w;
+};
+
+#define SOFTMAX_RUNG(v)                                                                        \
+    void softmax_forward_##v(const void *x, void *y, struct softmax_dims d, enum dtype t,      \
+                             cudaStream_t s);                                                  \
+    void softmax_backward_##v(const void *y, const void *dy, void *dx, struct softmax_dims d,  \
+                              enum dtype t, cudaStream_t s);
+SOFTMAX_RUNG(v1)
+SOFTMAX_RUNG(v2)
+SOFTMAX_RUNG(v3)
+SOFTMAX_RUNG(v4)
+SOFTMAX_RUNG(vendor)
+#undef SOFTMAX_RUNG
+
+void softmax_forward_exercise(const void *x, void *y, struct softmax_dims d, enum dtype t,
+                              cudaStream_t s);
+
+/* The CPU reference (reference.c): inputs of type t laid out as d says; results in double. */
+void softmax_forward_reference(const void *x, enum dtype t, struct softmax_dims d, double *y);
+void softmax_backward_reference(const void *y, const void *dy, enum dtype t,
+                                struct softmax_dims d, double *dx);
+
+extern const struct chapter softmax_chapter;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
