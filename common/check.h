@@ -1,6 +1,6 @@
 /* Error checks. Every CUDA, cuBLAS and cuDNN call and every kernel launch goes through one of
  * these: on failure the program prints the library's error name, the call and file:line in one
- * line and exits with status 3 (DESIGN.md). */
+ * line and exits with status 3 (README.md). */
 #ifndef KL_CHECK_H
 #define KL_CHECK_H
 

@@ -1,4 +1,4 @@
-/* The flags every chapter takes (DESIGN.md), parsed strictly: any bad flag or value gives a
+/* The flags every chapter takes (README.md), parsed strictly: any bad flag or value gives a
  * one-line message that names the flag, the value and what is allowed. */
 #ifndef KL_CLI_H
 #define KL_CLI_H

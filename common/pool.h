@@ -1,5 +1,5 @@
 /* Device memory for a problem: a pool of input/output sets, so that timed launches can each
- * read inputs no earlier launch left in the L2 (DESIGN.md, Timing). */
+ * read inputs no earlier launch left in the L2 (README.md, Timing). */
 #ifndef KL_POOL_H
 #define KL_POOL_H
 

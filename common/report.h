@@ -1,4 +1,4 @@
-/* The table every chapter prints and the CSV rows of DESIGN.md. */
+/* The table every chapter prints and the CSV rows README.md describes. */
 #ifndef KL_REPORT_H
 #define KL_REPORT_H
 

@@ -1,4 +1,4 @@
-/* Kernel time (DESIGN.md, Timing). One sample is a CUDA graph that replays a rung K times, K
+/* Kernel time (README.md, Timing). One sample is a CUDA graph that replays a rung K times, K
  * chosen so that a replay lasts at least about 100 us, timed by events around the replay and
  * divided by K. Launch k of a replay works on set k of the pool; when the pool has fewer sets
  * than K, the sets between two uses of one set hold more than twice the L2, and the L2 is

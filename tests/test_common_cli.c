@@ -29,7 +29,7 @@ Test(cli, defaults_are_the_seed_preset)
     cr_expect_str_eq(o.preset, "seed");
     cr_expect_eq(o.dtypes, (1u << DT_FP32) | (1u << DT_FP16));
     cr_expect_eq(o.passes, 3u);
-    cr_expect(o.iters >= 20 && o.warmup >= 3, "DESIGN.md: at least 20 samples, 3 warm-ups");
+    cr_expect(o.iters >= 20 && o.warmup >= 3, "README.md: at least 20 samples, 3 warm-ups");
     for (int i = 0; i < relu_chapter.n_rungs; i++)
         cr_expect(o.run_rung[i]);
 }
