@@ -49,4 +49,23 @@ inline int grid_to_fill_gpu(const void *kernel, int threads, size_t work_blocks)
     return blocks > 0 ? (int)blocks : 1;
 }
 
+/* Programmatic dependent launch (sm_90 on; see launch.cuh): a kernel launched "early" may start
+ * while the kernel before it in the stream still runs. It calls kl_let_next_grid_start() so
+ * that the next kernel may be launched in turn, then kl_wait_for_previous_grid() before it
+ * touches memory: that waits until the previous grid has finished and its writes are visible.
+ * Both are no-ops when the launch did not ask for it, and compile to nothing below sm_90. */
+__device__ __forceinline__ void kl_let_next_grid_start()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void kl_wait_for_previous_grid()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 #endif

@@ -31,6 +31,8 @@ ADAPT(v1)
 ADAPT(v2)
 ADAPT(v3)
 ADAPT(v4)
+ADAPT(v5)
+ADAPT(v6)
 ADAPT(vendor)
 
 static void fwd_exercise(const struct launch_args *a, cudaStream_t s)
@@ -44,9 +46,10 @@ static const char *vendor_unsupported(const struct problem *p)
     return p->in[0].count > 0x7fffffff ? "cuDNN takes int dimensions and strides" : NULL;
 }
 
-#define RUNG(n, v, what, why_not)                                                              \
-    {.name = n, .idea = what, .launch = {fwd_##v, bwd_##v}, .dtypes = DT_FLOATS, .min_cc = 0,   \
+#define RUNG_CC(n, v, what, cc, why_not)                                                       \
+    {.name = n, .idea = what, .launch = {fwd_##v, bwd_##v}, .dtypes = DT_FLOATS, .min_cc = cc,  \
      .unsupported = why_not, .shown_for_error = NULL}
+#define RUNG(n, v, what, why_not) RUNG_CC(n, v, what, 0, why_not)
 static const struct rung rungs[] = {
     RUNG("v1_naive", v1, "a thread per row, three passes over it (two backward)", NULL),
     RUNG("v2_block_reduce", v2, "a block shares rows: shared-memory tree reductions", NULL),
@@ -54,6 +57,10 @@ static const struct rung rungs[] = {
          NULL),
     RUNG("v4_online", v4, "online max and sum, one merge; long rows staged in shared memory",
          NULL),
+    RUNG_CC("v5_cluster", v5, "a row split over a thread-block cluster, small blocks, on-chip merge",
+            90, NULL),
+    RUNG_CC("v6_early_launch", v6, "v5 with programmatic dependent launch: launches overlap", 90,
+            NULL),
     RUNG("vendor", vendor, "cuDNN cudnnSoftmaxForward/Backward, accurate, channel mode",
          vendor_unsupported),
 };

@@ -7,6 +7,7 @@
 #ifndef SOFTMAX_H
 #define SOFTMAX_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ladder.h"
@@ -29,8 +30,16 @@ SOFTMAX_RUNG(v1)
 SOFTMAX_RUNG(v2)
 SOFTMAX_RUNG(v3)
 SOFTMAX_RUNG(v4)
+SOFTMAX_RUNG(v5)
+SOFTMAX_RUNG(v6)
 SOFTMAX_RUNG(vendor)
 #undef SOFTMAX_RUNG
+
+/* v5's launchers with the choice v6 makes: early = programmatic dependent launch (sm_90). */
+void softmax_forward_v5_launch(const void *x, void *y, struct softmax_dims d, enum dtype t,
+                               bool early, cudaStream_t s);
+void softmax_backward_v5_launch(const void *y, const void *dy, void *dx, struct softmax_dims d,
+                                enum dtype t, bool early, cudaStream_t s);
 
 void softmax_forward_exercise(const void *x, void *y, struct softmax_dims d, enum dtype t,
                               cudaStream_t s);
