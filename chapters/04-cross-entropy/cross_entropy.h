@@ -12,6 +12,7 @@
 #ifndef CROSS_ENTROPY_H
 #define CROSS_ENTROPY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,8 +29,14 @@ CE_RUNG(v1)
 CE_RUNG(v2)
 CE_RUNG(v3)
 CE_RUNG(v4)
+CE_RUNG(v5)
+CE_RUNG(v6)
 CE_RUNG(vendor)
 #undef CE_RUNG
+
+/* v5's launcher with the choice v6 makes: early = programmatic dependent launch (sm_90). */
+void ce_v5_launch(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,
+                  size_t n_classes, enum dtype t, bool early, cudaStream_t s);
 
 /* The classroom kernel (exercise.cu): the forward loss only, fp32 only. */
 void ce_forward_exercise(const float *x, const int32_t *labels, float *loss, size_t n_rows,

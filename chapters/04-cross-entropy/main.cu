@@ -45,6 +45,8 @@ ADAPT(v1)
 ADAPT(v2)
 ADAPT(v3)
 ADAPT(v4)
+ADAPT(v5)
+ADAPT(v6)
 ADAPT(vendor)
 
 static void run_exercise(const struct launch_args *a, cudaStream_t s)
@@ -60,15 +62,20 @@ static const char *vendor_unsupported(const struct problem *p)
     return p->in[0].count > 0x7fffffff ? "cuDNN tensors hold fewer than 2^31 elements" : NULL;
 }
 
-#define RUNG(n, v, what, why_not)                                                              \
+#define RUNG_CC(n, v, what, cc, why_not)                                                       \
     {.name = n, .idea = what, .launch = {run_##v, run_##v, run_##v}, .dtypes = DT_FLOATS,       \
-     .min_cc = 0, .unsupported = why_not, .shown_for_error = NULL}
+     .min_cc = cc, .unsupported = why_not, .shown_for_error = NULL}
+#define RUNG(n, v, what, why_not) RUNG_CC(n, v, what, 0, why_not)
 static const struct rung rungs[] = {
     RUNG("v1_naive", v1, "one thread per row, three sweeps, atomics for the mean", NULL),
     RUNG("v2_block_per_row", v2, "a block per row, shared-memory tree reductions", NULL),
     RUNG("v3_warp_per_row", v3, "a warp per row in registers, shuffles, in-kernel mean", NULL),
     RUNG("v4_fused_online", v4, "long rows: one online sweep, row kept in shared memory",
          NULL),
+    RUNG_CC("v5_cluster", v5, "a row in registers over a thread-block cluster, one exp a logit",
+            90, NULL),
+    RUNG_CC("v6_early_launch", v6, "v5 with programmatic dependent launch: launches overlap", 90,
+            NULL),
     RUNG("vendor", vendor, "cuDNN log-softmax + our gather and gradient kernels",
          vendor_unsupported),
 };

@@ -1,0 +1,414 @@
+/* v5, a row shared by a thread-block cluster, held in registers: small blocks, many per SM.
+ *
+ * Idea: v4 gives a long row to one block that sweeps it and, for the gradient, keeps a copy in
+ * shared memory: at the large preset (8192 x 50257, a 201 KB fp32 row) that is one
+ * 1024-thread block per SM, which stops loading while it merges and while it writes dx. Here a
+ * row is split across a cluster of B <= 8 blocks of at most 256 threads (clusters are an
+ * sm_90 feature). Each thread loads its share, at most 32 logits, into registers in one burst
+ * (every load in flight at once), takes its own maximum m_t, and keeps e = exp(x - m_t) in
+ * place of each logit: one exp per logit, with no rescaling and no branch (v4's online update
+ * rescales whenever the maximum grows). The threads' (m_t, s_t) pairs merge once: shuffles,
+ * one barrier, then one pair per block read by every block of the cluster from the others'
+ * shared memory. The gradient is then e * exp(m_t - m - log_sum), written from the registers:
+ * dx costs no second read and no exp. An SM holds four or more such blocks, of different rows
+ * at different phases, so while one merges the others' loads are in flight.
+ * Rows of odd length start at any alignment: each row is split into a head (to the first
+ * 16-byte boundary, rank 0's), whole 16-byte packs (spread over the cluster) and a tail
+ * (the last rank's). The logit at the label is taken from the register of the thread that
+ * loaded it, so the loss needs no extra read either.
+ * Rows short enough for one block (C <= 8192 at 256 threads x 32 values) are one block each:
+ * at 256 x 1000 a block of 256 threads per row, one 16-byte pack per thread, where v3 gave each
+ * row one warp that issued 32 loads a lane one after the other (256 warps for the whole GPU).
+ * A cluster per row, up to CE_MAX_BLOCKS clusters (beyond, each walks rows n, n + clusters,
+ * ...). The mean takes one partial per cluster (its blocks' loss terms, added in rank order
+ * through distributed shared memory), handed to block 0 in one store (below).
+ * What changed from v4: a row in registers spread over a cluster, instead of in one block's
+ * shared memory; one exp per logit; one merge per row.
+ * Expected: at the large preset, near the roof in every pass, fp16 included: fwd reads N C
+ * elements, bwd and fwd_bwd read and write them, and the SMs never all pause at once. At
+ * 256 x 1000 one DRAM round trip on 256 blocks, then the mean: about 3 us, 1.5 to 2 times the
+ * cuDNN baseline's two kernels.
+ * Limits: clusters need compute capability 9.0 (listed as unsupported below). Rows longer
+ * than a cluster holds (8 x 256 x 32 = 65536 logits) go to v4. */
+#include "cluster.cuh"
+#include "cross_entropy.cuh"
+#include "cross_entropy.h"
+#include "launch.cuh"
+
+#define ROW_THREADS 256
+#define ROW_VALUES 32 /* logits per thread, at most */
+#define MAX_CLUSTER 8
+/* Three blocks an SM at least (85 registers a thread): 96 KB of fp32 logits in flight. */
+
+/* ---- The mean, one trip to L2 after the last cluster: v3's last-block scheme costs three
+ * in a row (the partial's store and a fence, the counter's atomic, then the partials' loads),
+ * which at 256 x 1000 is a third of the kernel. Here each cluster but the first stores its
+ * partial together with a tag, in one 8-byte store; block 0 (cluster 0's first block), once
+ * its own row is done, waits for each slot to carry this launch's tag and adds the partials in
+ * cluster order, so the loss has the same bits on every run. The tag is one more than the
+ * count of launches so far, which block 0 advances last; a launch reads it after the previous
+ * launch has finished (stream order, or kl_wait_for_previous_grid), so stale slots never carry
+ * it. Waiting cannot deadlock: no other block waits for block 0. */
+static __device__ unsigned long long partial_slots[CE_MAX_BLOCKS];
+static __device__ unsigned launches_done;
+
+__device__ __forceinline__ unsigned long long ce_load_relaxed(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void ce_store_relaxed(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned ce_launch_tag()
+{
+    unsigned v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(&launches_done) : "memory");
+    return v + 1;
+}
+
+/* Every thread of cluster `cluster`'s first block calls this; sum is valid in thread 0. */
+__device__ __forceinline__ void ce_hand_in_partial(float sum, float *loss, size_t n_rows,
+                                                   unsigned tag, unsigned cluster,
+                                                   unsigned clusters)
+{
+    if (cluster != 0) {
+        if (threadIdx.x == 0)
+            ce_store_relaxed(partial_slots + cluster,
+                             (unsigned long long)tag << 32 | __float_as_uint(sum));
+        return;
+    }
+    float mine = 0.f;
+    for (unsigned c = threadIdx.x; c < clusters; c += blockDim.x) {
+        if (c == 0) {
+            mine += sum;
+            continue;
+        }
+        unsigned long long slot;
+        do
+            slot = ce_load_relaxed(partial_slots + c);
+        while ((unsigned)(slot >> 32) != tag);
+        mine += __uint_as_float((unsigned)slot);
+    }
+    mine = ce_block_sum(mine);
+    if (threadIdx.x == 0) {
+        *loss = mine / (float)n_rows;
+        asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(&launches_done), "r"(tag)
+                     : "memory");
+    }
+}
+
+/* Where a block's logits of one row lie. vec: packs q in [first_pack, end_pack) of the row's
+ * 16-byte-aligned body, pack q at element head + q W; the head's elements (rank 0) and the
+ * tail's (last rank) go one per thread. Otherwise the block's slice [first, first + slice) in
+ * the scalar layout of softmax's rows: element first + (p W + j) G + t. */
+struct ce_slice {
+    int head, n_packs, tail; /* the row's split (vec) */
+    int first, end;          /* packs (vec) or elements (scalar) of this block */
+};
+
+template <typename T, int P>
+__device__ __forceinline__ ce_slice ce_slice_of(const T *row, int n_classes, bool vec,
+                                                unsigned rank)
+{
+    constexpr int W = pack16<T>::width;
+    const int per_block = P * (int)blockDim.x;
+    ce_slice sl;
+    if (vec) {
+        const ce_row_split r = ce_split_row(row, n_classes);
+        sl.head = r.head;
+        sl.n_packs = r.n_packs;
+        sl.tail = r.tail;
+        sl.first = (int)rank * per_block;
+        sl.end = min(sl.first + per_block, r.n_packs);
+    } else {
+        sl.head = sl.n_packs = sl.tail = 0;
+        sl.first = (int)rank * per_block * W;
+        sl.end = min(sl.first + per_block * W, n_classes);
+    }
+    return sl;
+}
+
+/* Element index of value j of this thread's pack p, or -1 past the slice. */
+template <int W>
+__device__ __forceinline__ int ce_element(const ce_slice &sl, bool vec, int p, int j)
+{
+    const int t = threadIdx.x, G = blockDim.x;
+    if (vec) {
+        const int q = sl.first + p * G + t;
+        return q < sl.end ? sl.head + q * W + j : -1;
+    }
+    const int e = sl.first + (p * W + j) * G + t;
+    return e < sl.end ? e : -1;
+}
+
+/* The block's (m, s), returned to every thread: one barrier. part must not be written again
+ * before every thread has passed the next barrier of the block (or the cluster). */
+__device__ __forceinline__ ce_online ce_block_merge_once(ce_online *part, ce_online st)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    st = ce_warp_merge(st);
+    if (lane == 0)
+        part[warp] = st;
+    __syncthreads();
+    return ce_warp_merge(lane < warps ? part[lane] : ce_online_empty());
+}
+
+struct ce_sum_op {
+    __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+struct ce_online_merge_op {
+    __device__ ce_online operator()(ce_online a, ce_online b) const
+    {
+        return ce_online_merge(a, b);
+    }
+};
+
+template <typename T, int P, bool LOSS, bool GRAD>
+__global__ void __launch_bounds__(ROW_THREADS, 3)
+    ce_cluster_rows(const T *__restrict__ x, const int32_t *__restrict__ labels,
+                    float *__restrict__ loss, T *__restrict__ dx, size_t n_rows, int n_classes,
+                    float inv_rows, bool vec)
+{
+    constexpr int W = pack16<T>::width;
+    __shared__ ce_online part[32], published[1], combined[1];
+    __shared__ float published_loss[1], combined_loss[1];
+    kl_let_next_grid_start();
+    const unsigned B = cluster_blocks(), rank = cluster_rank();
+    const size_t clusters = gridDim.x / B;
+    const int t = threadIdx.x;
+    kl_wait_for_previous_grid();
+    const unsigned tag = LOSS ? ce_launch_tag() : 0;
+
+    float loss_sum = 0.f; /* this thread's loss terms */
+    bool readers_pending = false;
+    for (size_t row = blockIdx.x / B; row < n_rows; row += clusters) {
+        const T *xr = x + row * (size_t)n_classes;
+        const int32_t label = labels[row];
+        const bool ok = ce_label_ok(label, n_classes);
+        const ce_slice sl = ce_slice_of<T, P>(xr, n_classes, vec, rank);
+
+        /* One burst of loads: the packs, then at most one head and one tail element. */
+        float v[P][W];
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            if (vec) {
+                const int q = sl.first + p * (int)blockDim.x + t;
+                pack16<T> pk;
+                if (q < sl.end)
+                    pk.raw = reinterpret_cast<const uint4 *>(xr + sl.head)[q];
+#pragma unroll
+                for (int j = 0; j < W; j++)
+                    v[p][j] = q < sl.end ? to_float(pk.e[j]) : -FLT_MAX;
+            } else {
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    const int e = ce_element<W>(sl, false, p, j);
+                    v[p][j] = e >= 0 ? to_float(xr[e]) : -FLT_MAX;
+                }
+            }
+        }
+        const int head_e = rank == 0 && t < sl.head ? t : -1;
+        const int tail_e = rank == B - 1 && t < sl.tail ? sl.head + sl.n_packs * W + t : -1;
+        float head_v = head_e >= 0 ? to_float(xr[head_e]) : -FLT_MAX;
+        float tail_v = tail_e >= 0 ? to_float(xr[tail_e]) : -FLT_MAX;
+
+        /* The label's logit, if this thread loaded it. */
+        float x_label = 0.f;
+        bool has_label = false;
+        if (LOSS && ok) {
+#pragma unroll
+            for (int p = 0; p < P; p++)
+#pragma unroll
+                for (int j = 0; j < W; j++)
+                    if (ce_element<W>(sl, vec, p, j) == label) {
+                        x_label = v[p][j];
+                        has_label = true;
+                    }
+            if (head_e == label || tail_e == label) {
+                x_label = head_e == label ? head_v : tail_v;
+                has_label = true;
+            }
+        }
+
+        /* This thread's (m, s), its e values in place of the logits. */
+        ce_online st;
+        st.m = fmaxf(head_v, tail_v);
+#pragma unroll
+        for (int p = 0; p < P; p++)
+#pragma unroll
+            for (int j = 0; j < W; j++)
+                st.m = fmaxf(st.m, v[p][j]);
+        head_v = ce_exp(head_v - st.m);
+        tail_v = ce_exp(tail_v - st.m);
+        st.s = head_v + tail_v;
+#pragma unroll
+        for (int p = 0; p < P; p++)
+#pragma unroll
+            for (int j = 0; j < W; j++) {
+                v[p][j] = ce_exp(v[p][j] - st.m);
+                st.s += v[p][j];
+            }
+
+        ce_online rs = ce_block_merge_once(part, st);
+        if (B > 1) {
+            if (readers_pending)
+                cluster_wait_readers();
+            if (t == 0)
+                published[0] = rs;
+            cluster_combine(published, 1, ce_online_merge_op(), combined);
+            rs = combined[0];
+            readers_pending = true;
+        } else {
+            __syncthreads(); /* part is written again for the next row */
+        }
+        const float log_sum = logf(rs.s);
+        if (LOSS) {
+            if (has_label)
+                loss_sum += ce_row_loss(rs.m, log_sum, x_label);
+            if (!ok && rank == 0 && t == 0)
+                loss_sum += ce_nan();
+        }
+        if (GRAD) {
+            T *dr = dx + row * (size_t)n_classes;
+            const float k = ce_exp((st.m - rs.m) - log_sum);
+#define GRADIENT(e, val)                                                                       \
+    from_float<T>(ok ? ((val) * k - ((e) == label ? 1.f : 0.f)) * inv_rows : ce_nan())
+#pragma unroll
+            for (int p = 0; p < P; p++) {
+                if (vec) {
+                    const int q = sl.first + p * (int)blockDim.x + t;
+                    if (q < sl.end) {
+                        pack16<T> pk;
+#pragma unroll
+                        for (int j = 0; j < W; j++)
+                            pk.e[j] = GRADIENT(sl.head + q * W + j, v[p][j]);
+                        reinterpret_cast<uint4 *>(dr + sl.head)[q] = pk.raw;
+                    }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < W; j++) {
+                        const int e = ce_element<W>(sl, false, p, j);
+                        if (e >= 0)
+                            dr[e] = GRADIENT(e, v[p][j]);
+                    }
+                }
+            }
+            if (head_e >= 0)
+                dr[head_e] = GRADIENT(head_e, head_v);
+            if (tail_e >= 0)
+                dr[tail_e] = GRADIENT(tail_e, tail_v);
+#undef GRADIENT
+        }
+    }
+    if (LOSS) {
+        /* One partial per cluster: the loss terms of its blocks, added in rank order. */
+        float sum = ce_block_sum(loss_sum);
+        if (B > 1) {
+            if (readers_pending)
+                cluster_wait_readers();
+            if (t == 0)
+                published_loss[0] = sum;
+            cluster_combine(published_loss, 1, ce_sum_op(), combined_loss);
+            sum = combined_loss[0];
+        }
+        if (rank == 0)
+            ce_hand_in_partial(sum, loss, n_rows, tag, blockIdx.x / B, (unsigned)clusters);
+    }
+    if (readers_pending)
+        cluster_wait_readers();
+}
+
+/* ---- host ---- */
+
+struct ce_plan {
+    int packs_per_thread, threads, blocks_per_row;
+};
+
+/* As few packs per thread as keep blocks at ROW_THREADS threads or fewer, then as many blocks
+ * per row as the row needs. False past MAX_CLUSTER blocks. */
+static bool plan_rows(size_t n_classes, size_t esize, struct ce_plan *cp)
+{
+    const size_t W = 16 / esize, packs = (n_classes + W - 1) / W, max_packs = ROW_VALUES / W;
+    size_t P = 1;
+    while (P < max_packs && P * ROW_THREADS < packs)
+        P *= 2;
+    size_t G = (packs + P - 1) / P;
+    G = G > ROW_THREADS ? ROW_THREADS : (G + 31) / 32 * 32;
+    const size_t B = (packs + P * G - 1) / (P * G);
+    cp->packs_per_thread = (int)P;
+    cp->threads = (int)G;
+    cp->blocks_per_row = (int)B;
+    return B <= MAX_CLUSTER;
+}
+
+template <typename T, int P, bool LOSS, bool GRAD>
+static void launch_pass(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
+                        int n_classes, const struct ce_plan *cp, bool vec, bool early,
+                        cudaStream_t s)
+{
+    auto kernel = ce_cluster_rows<T, P, LOSS, GRAD>;
+    const size_t clusters = n_rows < CE_MAX_BLOCKS ? n_rows : CE_MAX_BLOCKS;
+    const struct kl_launch_opts o = {(unsigned)cp->blocks_per_row, early};
+    kl_launch(kernel, dim3((unsigned)(clusters * cp->blocks_per_row)), dim3(cp->threads), 0, s,
+              o, x, labels, loss, dx, n_rows, n_classes, 1.f / (float)n_rows, vec);
+}
+
+template <typename T, int P>
+static void launch_packs(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
+                         int n_classes, const struct ce_plan *cp, bool vec, bool early,
+                         cudaStream_t s)
+{
+    if (loss && dx)
+        launch_pass<T, P, true, true>(x, labels, loss, dx, n_rows, n_classes, cp, vec, early, s);
+    else if (loss)
+        launch_pass<T, P, true, false>(x, labels, loss, dx, n_rows, n_classes, cp, vec, early, s);
+    else
+        launch_pass<T, P, false, true>(x, labels, loss, dx, n_rows, n_classes, cp, vec, early, s);
+}
+
+template <typename T>
+static bool launch(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
+                   size_t n_classes, bool early, cudaStream_t s)
+{
+    struct ce_plan cp;
+    if (!plan_rows(n_classes, sizeof(T), &cp))
+        return false;
+    /* Packs need x and dx rows at the same offset from a 16-byte boundary. */
+    const bool vec = !dx || ((uintptr_t)x & 15) == ((uintptr_t)dx & 15);
+    constexpr int max_packs = ROW_VALUES / pack16<T>::width;
+    switch (cp.packs_per_thread) {
+    case 1: launch_packs<T, 1>(x, labels, loss, dx, n_rows, (int)n_classes, &cp, vec, early, s); break;
+    case 2: launch_packs<T, 2>(x, labels, loss, dx, n_rows, (int)n_classes, &cp, vec, early, s); break;
+    case 4: launch_packs<T, 4>(x, labels, loss, dx, n_rows, (int)n_classes, &cp, vec, early, s); break;
+    default:
+        launch_packs<T, max_packs>(x, labels, loss, dx, n_rows, (int)n_classes, &cp, vec, early, s);
+        break;
+    }
+    return true;
+}
+
+/* v6 calls this with early = true. */
+extern "C" void ce_v5_launch(const void *x, const int32_t *labels, float *loss, void *dx,
+                             size_t n_rows, size_t n_classes, enum dtype t, bool early,
+                             cudaStream_t s)
+{
+    const bool done =
+        t == DT_FP32
+            ? launch((const float *)x, labels, loss, (float *)dx, n_rows, n_classes, early, s)
+            : launch((const __half *)x, labels, loss, (__half *)dx, n_rows, n_classes, early,
+                     s);
+    if (!done)
+        ce_v4(x, labels, loss, dx, n_rows, n_classes, t, s);
+}
+
+extern "C" void ce_v5(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,
+                      size_t n_classes, enum dtype t, cudaStream_t s)
+{
+    ce_v5_launch(x, labels, loss, dx, n_rows, n_classes, t, false, s);
+}
