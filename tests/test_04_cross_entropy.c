@@ -349,8 +349,8 @@ ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_matches_reference)
  * no read out of bounds (run under compute-sanitizer memcheck to see that; INT32_MIN would
  * fault without a guard). Rows 0-2 and the last are bad; the rest (none at 1x7 and 3x7) are
  * good and must stay good. */
-static const char *const bad_label_shapes[] = {"1x7", "3x7", "6x1000", "5x4099", "40x10",
-                                               "257x7", "6x70001"};
+static const char *const bad_label_shapes[] = {"1x7",   "3x7",     "6x1000",  "5x4099",
+                                               "40x10", "257x7",   "6x70001", "2000x1031"};
 
 ParameterizedTestParameters(ce_gpu, rung_handles_bad_labels)
 {

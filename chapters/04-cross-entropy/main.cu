@@ -47,6 +47,7 @@ ADAPT(v3)
 ADAPT(v4)
 ADAPT(v5)
 ADAPT(v6)
+ADAPT(v7)
 ADAPT(vendor)
 
 static void run_exercise(const struct launch_args *a, cudaStream_t s)
@@ -76,6 +77,8 @@ static const struct rung rungs[] = {
             90, NULL),
     RUNG_CC("v6_early_launch", v6, "v5 with programmatic dependent launch: launches overlap", 90,
             NULL),
+    RUNG("v7_pipelined", v7, "long rows: a resident block refills its copy with the next row",
+         NULL),
     RUNG("vendor", vendor, "cuDNN log-softmax + our gather and gradient kernels",
          vendor_unsupported),
 };
