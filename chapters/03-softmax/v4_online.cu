@@ -28,6 +28,8 @@
  * longer than 1024. Strided rows and short backward rows use v3's kernels unchanged: they read
  * each byte once already, and the backward has nothing to merge. cp.async needs compute
  * capability 8.0; older GPUs copy through registers. */
+#include "async_copy.cuh"
+#include "launch.cuh"
 #include "softmax.cuh"
 #include "softmax.h"
 
@@ -51,27 +53,6 @@ __device__ __forceinline__ void softmax_stats_add(softmax_stats &a, float v)
 
 /* ---- shared-memory staging of a contiguous row ---- */
 
-/* 16 bytes from global to shared memory without passing through registers. */
-__device__ __forceinline__ void softmax_copy16_async(uint4 *to, const uint4 *from)
-{
-#if __CUDA_ARCH__ >= 800
-    const unsigned shared = (unsigned)__cvta_generic_to_shared(to);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(from)
-                 : "memory");
-#else
-    *to = *from;
-#endif
-}
-
-/* Waits for this thread's copies; each thread reads back only the slots it filled itself, so
- * no barrier is needed. */
-__device__ __forceinline__ void softmax_copies_wait()
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-#endif
-}
-
 /* Pack p of this thread's share of the row (softmax.cuh) waits in `stage` at slot k: the
  * 16 bytes stage[k G + t], or with scalar accesses the elements (k W + j) G + t of stage seen
  * as T, so that a warp's accesses fall in distinct banks. */
@@ -86,7 +67,7 @@ __device__ __forceinline__ void softmax_stage_pack(uint4 *stage, int k, const T 
     if (vec) {
         const int q = p * G + t;
         if (q * W < C)
-            softmax_copy16_async(&stage[k * G + t], reinterpret_cast<const uint4 *>(row) + q);
+            kl_copy16_async(&stage[k * G + t], reinterpret_cast<const uint4 *>(row) + q);
     } else {
         T *st = reinterpret_cast<T *>(stage);
 #pragma unroll
@@ -217,7 +198,7 @@ __global__ void __launch_bounds__(ROW_THREADS, 2)
         softmax_load_pack(xr, p, C, vec, live, SOFTMAX_NO_VALUE, v[p]);
     for (int p = PR; p < P; p++)
         softmax_stage_pack(stage, p - PR, xr, p, C, vec, live);
-    softmax_copies_wait();
+    kl_copies_wait_all(); /* this thread's copies; each reads back only its own slots */
 
     float m = SOFTMAX_NO_VALUE, sum = 0.f;
 #pragma unroll
@@ -329,7 +310,7 @@ __global__ void __launch_bounds__(ROW_THREADS, sizeof(T) == 2 ? 2 : 1)
         softmax_stage_pack(dy_stage, p, dy + start, p, C, vec, live);
     for (int p = PR; p < P; p++)
         softmax_stage_pack(y_stage, p - PR, y + start, p, C, vec, live);
-    softmax_copies_wait();
+    kl_copies_wait_all(); /* this thread's copies; each reads back only its own slots */
 
     float dot = 0.f;
 #pragma unroll
@@ -371,22 +352,6 @@ __global__ void __launch_bounds__(ROW_THREADS, sizeof(T) == 2 ? 2 : 1)
 }
 
 /* ---- launch plans ---- */
-
-/* The dynamic shared memory a kernel may use, raised once to the device's opt-in limit (less
- * its static shared memory). The first call is the harness's verification, before any graph
- * capture. */
-static size_t allow_stage_bytes(const void *kernel)
-{
-    int dev, optin;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cudaFuncAttributes fa;
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-    const size_t bytes = (size_t)optin - fa.sharedSizeBytes;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)bytes));
-    return bytes;
-}
 
 /* A contiguous-row launch: `threads` per row, P packs per thread, rows_per_block rows, and
  * stage_bytes of shared memory per block. */
@@ -471,7 +436,7 @@ template <typename T> static void forward(const T *x, T *y, struct softmax_dims 
 {
     static size_t max_stage; /* per element type */
     if (!max_stage)
-        max_stage = allow_stage_bytes((const void *)softmax_forward_rows_online<T>);
+        max_stage = kl_grant_shared_memory((const void *)softmax_forward_rows_online<T>);
     const int64_t rows = d.n * d.h * d.w, S = d.h * d.w;
     const int C = (int)d.c;
     if (S == 1 && C > ROW_VALUES) {
@@ -508,7 +473,7 @@ static int backward(const T *y, const T *dy, T *dx, struct softmax_dims d, enum 
 {
     static size_t max_stage;
     if (!max_stage)
-        max_stage = allow_stage_bytes((const void *)softmax_backward_rows_staged<T>);
+        max_stage = kl_grant_shared_memory((const void *)softmax_backward_rows_staged<T>);
     const int64_t rows = d.n * d.h * d.w;
     const int C = (int)d.c;
     if (d.h * d.w != 1 || C <= 16)

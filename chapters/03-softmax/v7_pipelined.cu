@@ -22,6 +22,8 @@
  * Limits: contiguous rows (H W = 1) of 2048 to 4 x 1024 packs (32768 fp16, 16384 fp32 values),
  * 16-byte aligned, whose two buffers fit in shared memory, forward only; every other shape and
  * the backward run as in v4. cp.async needs compute capability 8.0. */
+#include "async_copy.cuh"
+#include "launch.cuh"
 #include "softmax.cuh"
 #include "softmax.h"
 
@@ -29,38 +31,10 @@
 #define MAX_PACKS 4 /* per thread */
 #define MIN_VALUES 2048
 
-__device__ __forceinline__ void copy16_async(uint4 *to, const uint4 *from)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned shared = (unsigned)__cvta_generic_to_shared(to);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(from)
-                 : "memory");
-#else
-    *to = *from;
-#endif
-}
-
-/* Closes this thread's group of copies issued since the last commit (possibly none). */
-__device__ __forceinline__ void copies_commit()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-/* Waits until at most one group, the newest, is still in flight: the row being worked on has
- * landed, the next one may still be coming. */
-__device__ __forceinline__ void copies_wait_all_but_newest()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ void copy_row_async(uint4 *buffer, const uint4 *row, int packs)
 {
     for (int q = threadIdx.x; q < packs; q += blockDim.x)
-        copy16_async(buffer + q, row + q);
+        kl_copy16_async(buffer + q, row + q);
 }
 
 template <typename T, int P>
@@ -78,13 +52,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     int64_t row = blockIdx.x;
     if (row < rows)
         copy_row_async(buffers, xp + row * packs, packs);
-    copies_commit();
+    kl_copies_commit();
     for (int i = 0; row < rows; i++, row += gridDim.x) {
         uint4 *current = buffers + (i & 1) * packs, *other = buffers + (~i & 1) * packs;
         if (row + gridDim.x < rows)
             copy_row_async(other, xp + (row + gridDim.x) * packs, packs);
-        copies_commit();
-        copies_wait_all_but_newest();
+        kl_copies_commit();
+        kl_copies_wait<1>(); /* this row's group has landed; the next row's may still fly */
         __syncthreads(); /* every thread's copies of this row have landed */
 
         float v[P][W];
@@ -129,16 +103,8 @@ __global__ void __launch_bounds__(THREADS, 1)
 template <typename T, int P> static size_t buffer_room()
 {
     static size_t room = 0;
-    if (!room) {
-        int dev, optin;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        cudaFuncAttributes fa;
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, softmax_forward_rows_pipelined<T, P>));
-        room = (size_t)optin - fa.sharedSizeBytes;
-        CUDA_CHECK(cudaFuncSetAttribute(softmax_forward_rows_pipelined<T, P>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)room));
-    }
+    if (!room)
+        room = kl_grant_shared_memory((const void *)softmax_forward_rows_pipelined<T, P>);
     return room;
 }
 

@@ -292,21 +292,6 @@ static inline int ce_sm_count(void)
     return sms;
 }
 
-/* One-time set-up (cudaMalloc, cudaFuncSetAttribute) belongs outside graph capture. The harness
- * makes every launcher's first call outside capture, but --no-verify skips that call, so the
- * set-up runs in relaxed capture mode, which lets such calls through a capture in progress. */
-static inline cudaStreamCaptureMode ce_capture_relax(void)
-{
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    return mode;
-}
-
-static inline void ce_capture_restore(cudaStreamCaptureMode mode)
-{
-    CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-}
-
 /* Launch shape of the kernels that give each row to one warp (v3, and v4 for short rows). A
  * problem of at most 32K logits whose rows fit in one block of max_threads (a warp a row) runs
  * as that one block, so the mean needs no second step and the whole pass is one DRAM round

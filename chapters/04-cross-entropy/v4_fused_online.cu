@@ -26,6 +26,7 @@
  * per-row merge costs two barriers, which dominates rows of a few thousand logits. */
 #include "cross_entropy.cuh"
 #include "cross_entropy.h"
+#include "launch.cuh"
 
 #define MAX_THREADS 1024
 
@@ -125,18 +126,8 @@ __global__ void __launch_bounds__(MAX_THREADS)
 template <typename T, bool LOSS> static size_t copy_room()
 {
     static size_t room = 0;
-    if (!room) {
-        cudaStreamCaptureMode mode = ce_capture_relax();
-        int dev, optin;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        cudaFuncAttributes fa;
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, ce_fused_rows<T, LOSS, true>));
-        room = (size_t)optin - fa.sharedSizeBytes;
-        CUDA_CHECK(cudaFuncSetAttribute(ce_fused_rows<T, LOSS, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)room));
-        ce_capture_restore(mode);
-    }
+    if (!room)
+        room = kl_grant_shared_memory((const void *)ce_fused_rows<T, LOSS, true>);
     return room;
 }
 

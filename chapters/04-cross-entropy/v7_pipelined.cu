@@ -25,38 +25,15 @@
  * 116K fp16 logits on the H200), with x and dx at the same offset from a 16-byte boundary;
  * anything else runs as in v4. cp.async needs compute capability 8.0 (older GPUs copy through
  * registers, correct but unpipelined). */
+#include "async_copy.cuh"
 #include "cross_entropy.cuh"
 #include "cross_entropy.h"
+#include "launch.cuh"
 
 #define MAX_THREADS 1024
 
 static __device__ float partial_sums[CE_MAX_BLOCKS];
 static __device__ unsigned blocks_done;
-
-__device__ __forceinline__ void copy16_async(uint4 *to, const uint4 *from)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned shared = (unsigned)__cvta_generic_to_shared(to);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(from)
-                 : "memory");
-#else
-    *to = *from;
-#endif
-}
-
-__device__ __forceinline__ void copies_commit()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void copies_wait_all()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-#endif
-}
 
 /* What a thread holds of a row besides its slots: the row's split, its label, and the head or
  * tail element whose index is this thread's (-FLT_MAX where there is none). */
@@ -79,7 +56,7 @@ __device__ __forceinline__ ce_row_ahead ce_fetch_row(const T *x, const int32_t *
     a.label = labels[r];
     const uint4 *packs = reinterpret_cast<const uint4 *>(xr + a.split.head);
     for (int q = first_pack; q < a.split.n_packs; q += blockDim.x)
-        copy16_async(ring + q, packs + q);
+        kl_copy16_async(ring + q, packs + q);
     a.head_v = t < a.split.head ? to_float(xr[t]) : -FLT_MAX;
     a.tail_v = t < a.split.tail
                    ? to_float(xr[a.split.head + a.split.n_packs * pack16<T>::width + t])
@@ -118,14 +95,14 @@ __global__ void __launch_bounds__(MAX_THREADS)
     ce_row_ahead ahead = {};
     if (row < n_rows)
         ahead = ce_fetch_row(x, labels, row, n_classes, ring, t);
-    copies_commit();
+    kl_copies_commit();
     for (int i = 0; row < n_rows; i++, row += gridDim.x) {
         const ce_row_ahead cur = ahead;
         const size_t next = row + gridDim.x;
         const int32_t label = cur.label;
         const bool ok = ce_label_ok(label, n_classes);
         const int body = ok ? label - cur.split.head : -1; /* the label among the packs */
-        copies_wait_all();                       /* this thread's slots hold row `row` */
+        kl_copies_wait<0>();                       /* this thread's slots hold row `row` */
 
         /* This thread's summary, and the label's logit if it holds it. */
         ce_online st = ce_online_empty();
@@ -163,7 +140,7 @@ __global__ void __launch_bounds__(MAX_THREADS)
         if (!GRAD) {
             if (next < n_rows)
                 ahead = ce_fetch_row(x, labels, next, n_classes, ring, t);
-            copies_commit();
+            kl_copies_commit();
         }
 
         const ce_online rs = ce_block_merge_alternating(part, i, st);
@@ -194,10 +171,10 @@ __global__ void __launch_bounds__(MAX_THREADS)
                 }
                 dp[q] = pk.raw;
                 if (q < ns.n_packs)
-                    copy16_async(ring + q, np + q);
+                    kl_copy16_async(ring + q, np + q);
             }
             for (; q < ns.n_packs; q += G) /* the next row may have one pack more */
-                copy16_async(ring + q, np + q);
+                kl_copy16_async(ring + q, np + q);
             if (t < cur.split.head)
                 dr[t] = from_float<T>(
                     ok ? ce_gradient(cur.head_v, rs.m, log_sum, t == label, inv_rows) : ce_nan());
@@ -208,7 +185,7 @@ __global__ void __launch_bounds__(MAX_THREADS)
             }
             if (next < n_rows)
                 ahead = ce_fetch_row(x, labels, next, n_classes, ring, ns.n_packs);
-            copies_commit();
+            kl_copies_commit();
         }
     }
     if (LOSS)
@@ -220,18 +197,8 @@ __global__ void __launch_bounds__(MAX_THREADS)
 template <typename T, bool LOSS, bool GRAD> static size_t ring_room()
 {
     static size_t room = 0;
-    if (!room) {
-        cudaStreamCaptureMode mode = ce_capture_relax();
-        int dev, optin;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        cudaFuncAttributes fa;
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, ce_pipelined_rows<T, LOSS, GRAD>));
-        room = (size_t)optin - fa.sharedSizeBytes;
-        CUDA_CHECK(cudaFuncSetAttribute(ce_pipelined_rows<T, LOSS, GRAD>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)room));
-        ce_capture_restore(mode);
-    }
+    if (!room)
+        room = kl_grant_shared_memory((const void *)ce_pipelined_rows<T, LOSS, GRAD>);
     return room;
 }
 

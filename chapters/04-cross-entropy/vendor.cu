@@ -18,6 +18,7 @@
 
 #include "cross_entropy.cuh"
 #include "cross_entropy.h"
+#include "launch.cuh"
 
 #define GATHER_THREADS 256
 #define GRADIENT_THREADS 256
@@ -71,7 +72,7 @@ static struct cudnn_log_softmax *cudnn_for(size_t n_rows, size_t n_classes, enum
     static struct cudnn_log_softmax c;
     const size_t need = n_rows * n_classes * dtype_size(t);
     if (!c.handle || need > c.logp_bytes) {
-        cudaStreamCaptureMode mode = ce_capture_relax();
+        cudaStreamCaptureMode mode = kl_capture_relax();
         if (!c.handle) {
             CUDNN_CHECK(cudnnCreate(&c.handle));
             CUDNN_CHECK(cudnnCreateTensorDescriptor(&c.rows));
@@ -86,7 +87,7 @@ static struct cudnn_log_softmax *cudnn_for(size_t n_rows, size_t n_classes, enum
             CUDA_CHECK(cudaMalloc(&c.logp, need));
             c.logp_bytes = need;
         }
-        ce_capture_restore(mode);
+        kl_capture_restore(mode);
     }
     if (c.n_rows != n_rows || c.n_classes != n_classes || c.dtype != t) {
         CUDNN_CHECK(cudnnSetTensor4dDescriptor(c.rows, CUDNN_TENSOR_NCHW,
