@@ -37,6 +37,7 @@ ADAPT(v2)
 ADAPT(v3)
 ADAPT(v4)
 ADAPT(v5)
+ADAPT(v6)
 ADAPT(vendor)
 ADAPT(exercise)
 
@@ -49,6 +50,7 @@ static const struct rung rungs[] = {
     RUNG("v3_shared_tiles", v3, "16x16 tiles of A and B staged in shared memory"),
     RUNG("v4_1d_blocking", v4, "8 outputs a thread in a column: registers reuse B"),
     RUNG("v5_2d_blocking", v5, "an 8x8 block of outputs a thread: an outer product a step"),
+    RUNG("v6_vectorized", v6, "v5 with A's tile transposed and 4-wide loads and stores"),
     RUNG("vendor", vendor, "cuBLAS: Sgemm in pedantic math (no TF32), GemmEx fp16/fp32"),
 };
 
