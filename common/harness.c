@@ -149,9 +149,10 @@ static int run_group(struct run *run, int pass, enum dtype t, const struct rung 
         struct result_row *row = &rows[i];
         if (!strncmp(row->verdict, "unsupported", 11))
             continue;
-        time_launches(&run->timer, &pl, &p, list[i]->launch[pass], &topts, samples);
+        int taken;
+        time_launches(&run->timer, &pl, &p, list[i]->launch[pass], &topts, samples, &taken);
         row->timed = 1;
-        row->us = summarize(samples, (size_t)run->o.iters);
+        row->us = summarize(samples, (size_t)taken);
         set_rate(row, &p, run->copy_gbps);
         if (is_vendor(list[i]))
             vendor_us = row->us.median;
