@@ -38,6 +38,7 @@ ADAPT(v3)
 ADAPT(v4)
 ADAPT(v5)
 ADAPT(v6)
+ADAPT(v7)
 ADAPT(v8)
 ADAPT(vendor)
 ADAPT(exercise)
@@ -52,6 +53,7 @@ static const struct rung rungs[] = {
     RUNG("v4_1d_blocking", v4, "8 outputs a thread in a column: registers reuse B"),
     RUNG("v5_2d_blocking", v5, "an 8x8 block of outputs a thread: an outer product a step"),
     RUNG("v6_vectorized", v6, "v5 with A's tile transposed and 4-wide loads and stores"),
+    RUNG("v7_warp_tiles", v7, "warp tiles, conflict-free 16-byte shared loads, double buffering"),
     {.name = "v8_wmma", .idea = "tensor cores through WMMA fragments, fp16 in, fp32 sums",
      .launch = {fwd_v8}, .dtypes = 1u << DT_FP16, .min_cc = 70, .unsupported = NULL,
      .shown_for_error = NULL},

@@ -25,6 +25,58 @@ __device__ __forceinline__ void matmul_store(T *c, int64_t rows, int64_t cols, i
         c[row * cols + col] = from_float<T>(v);
 }
 
+/* 4 consecutive elements x[row][col .. col + 3] of a rows x cols matrix, as floats; 0 outside.
+ * One 16-byte (fp32) or 8-byte (fp16) load when `vec` (cols % 4 == 0, matrix aligned) and all
+ * four lie inside. */
+template <typename T>
+__device__ __forceinline__ float4 matmul_load4(const T *x, int64_t rows, int64_t cols, int64_t row,
+                                        int64_t col, bool vec)
+{
+    if (vec && row < rows && col + 3 < cols) {
+        const T *p = x + row * cols + col;
+        if constexpr (sizeof(T) == 4) {
+            return *reinterpret_cast<const float4 *>(p);
+        } else {
+            const uint2 raw = *reinterpret_cast<const uint2 *>(p);
+            const __half2 lo = *reinterpret_cast<const __half2 *>(&raw.x);
+            const __half2 hi = *reinterpret_cast<const __half2 *>(&raw.y);
+            const float2 l = __half22float2(lo), h = __half22float2(hi);
+            return make_float4(l.x, l.y, h.x, h.y);
+        }
+    }
+    return make_float4(matmul_load(x, rows, cols, row, col),
+                       matmul_load(x, rows, cols, row, col + 1),
+                       matmul_load(x, rows, cols, row, col + 2),
+                       matmul_load(x, rows, cols, row, col + 3));
+}
+
+template <typename T>
+__device__ __forceinline__ void matmul_store4(T *c, int64_t rows, int64_t cols, int64_t row,
+                                       int64_t col, const float *v, bool vec)
+{
+    if (vec && row < rows && col + 3 < cols) {
+        T *p = c + row * cols + col;
+        if constexpr (sizeof(T) == 4) {
+            *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+        } else {
+            uint2 raw;
+            *reinterpret_cast<__half2 *>(&raw.x) = __floats2half2_rn(v[0], v[1]);
+            *reinterpret_cast<__half2 *>(&raw.y) = __floats2half2_rn(v[2], v[3]);
+            *reinterpret_cast<uint2 *>(p) = raw;
+        }
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        matmul_store(c, rows, cols, row, col + e, v[e]);
+}
+
+/* 4-wide access to a matrix with rows of `cols` elements: every row 4-element aligned. */
+static inline bool matmul_rows_of_4(const void *x, int64_t cols, size_t esize)
+{
+    return cols % 4 == 0 && ((uintptr_t)x % (4 * esize)) == 0;
+}
+
 static inline unsigned matmul_blocks(int64_t len, int tile)
 {
     return (unsigned)((len + tile - 1) / tile);

@@ -20,52 +20,6 @@
 #define TN 8
 #define THREADS (BM / TM * (BN / TN)) /* 256 */
 
-/* 4 consecutive elements x[row][col .. col + 3] of a rows x cols matrix, as floats; 0 outside.
- * One 16-byte (fp32) or 8-byte (fp16) load when `vec` (cols % 4 == 0, matrix aligned) and all
- * four lie inside. */
-template <typename T>
-__device__ __forceinline__ float4 load4(const T *x, int64_t rows, int64_t cols, int64_t row,
-                                        int64_t col, bool vec)
-{
-    if (vec && row < rows && col + 3 < cols) {
-        const T *p = x + row * cols + col;
-        if constexpr (sizeof(T) == 4) {
-            return *reinterpret_cast<const float4 *>(p);
-        } else {
-            const uint2 raw = *reinterpret_cast<const uint2 *>(p);
-            const __half2 lo = *reinterpret_cast<const __half2 *>(&raw.x);
-            const __half2 hi = *reinterpret_cast<const __half2 *>(&raw.y);
-            const float2 l = __half22float2(lo), h = __half22float2(hi);
-            return make_float4(l.x, l.y, h.x, h.y);
-        }
-    }
-    return make_float4(matmul_load(x, rows, cols, row, col),
-                       matmul_load(x, rows, cols, row, col + 1),
-                       matmul_load(x, rows, cols, row, col + 2),
-                       matmul_load(x, rows, cols, row, col + 3));
-}
-
-template <typename T>
-__device__ __forceinline__ void store4(T *c, int64_t rows, int64_t cols, int64_t row,
-                                       int64_t col, const float *v, bool vec)
-{
-    if (vec && row < rows && col + 3 < cols) {
-        T *p = c + row * cols + col;
-        if constexpr (sizeof(T) == 4) {
-            *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
-        } else {
-            uint2 raw;
-            *reinterpret_cast<__half2 *>(&raw.x) = __floats2half2_rn(v[0], v[1]);
-            *reinterpret_cast<__half2 *>(&raw.y) = __floats2half2_rn(v[2], v[3]);
-            *reinterpret_cast<uint2 *>(p) = raw;
-        }
-        return;
-    }
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-        matmul_store(c, rows, cols, row, col + e, v[e]);
-}
-
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 2) /* two blocks an SM: at most 128 registers */
     matmul_vectorized(const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ c,
@@ -82,13 +36,13 @@ __global__ void __launch_bounds__(THREADS, 2) /* two blocks an SM: at most 128 r
     const int b_row = t / (BN / 4), b_col = (t % (BN / 4)) * 4;
     float acc[TM][TN] = {};
     for (int64_t p0 = 0; p0 < k; p0 += BK) {
-        const float4 av = load4(a, m, k, row0 + a_row, p0 + a_col, vec_a);
+        const float4 av = matmul_load4(a, m, k, row0 + a_row, p0 + a_col, vec_a);
         a_tile[a_col + 0][a_row] = av.x;
         a_tile[a_col + 1][a_row] = av.y;
         a_tile[a_col + 2][a_row] = av.z;
         a_tile[a_col + 3][a_row] = av.w;
         *reinterpret_cast<float4 *>(&b_tile[b_row][b_col]) =
-            load4(b, k, n, p0 + b_row, col0 + b_col, vec_b);
+            matmul_load4(b, k, n, p0 + b_row, col0 + b_col, vec_b);
         __syncthreads();
 #pragma unroll
         for (int q = 0; q < BK; q++) {
@@ -113,13 +67,7 @@ __global__ void __launch_bounds__(THREADS, 2) /* two blocks an SM: at most 128 r
     for (int r = 0; r < TM; r++)
 #pragma unroll
         for (int s = 0; s < TN; s += 4)
-            store4(c, m, n, row0 + out_row + r, col0 + out_col + s, &acc[r][s], vec_c);
-}
-
-/* 4-wide access to a matrix with rows of `cols` elements: every row 4-element aligned. */
-static bool rows_of_4(const void *x, int64_t cols, size_t esize)
-{
-    return cols % 4 == 0 && ((uintptr_t)x % (4 * esize)) == 0;
+            matmul_store4(c, m, n, row0 + out_row + r, col0 + out_col + s, &acc[r][s], vec_c);
 }
 
 template <typename T>
@@ -127,9 +75,9 @@ static void launch(const T *a, const T *b, T *c, struct matmul_dims d, cudaStrea
 {
     const dim3 grid(matmul_blocks(d.n, BN), matmul_blocks(d.m, BM));
     matmul_vectorized<T><<<grid, THREADS, 0, s>>>(a, b, c, d.m, d.n, d.k,
-                                                  rows_of_4(a, d.k, sizeof(T)),
-                                                  rows_of_4(b, d.n, sizeof(T)),
-                                                  rows_of_4(c, d.n, sizeof(T)));
+                                                  matmul_rows_of_4(a, d.k, sizeof(T)),
+                                                  matmul_rows_of_4(b, d.n, sizeof(T)),
+                                                  matmul_rows_of_4(c, d.n, sizeof(T)));
     LAUNCH_CHECK();
 }
 
