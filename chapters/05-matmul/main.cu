@@ -40,8 +40,16 @@ ADAPT(v5)
 ADAPT(v6)
 ADAPT(v7)
 ADAPT(v8)
+ADAPT(v9)
+ADAPT(v10)
 ADAPT(vendor)
 ADAPT(exercise)
+
+static const char *v10_why_not(const struct problem *p)
+{
+    (void)p;
+    return matmul_v10_unsupported();
+}
 
 #define RUNG(n, v, what)                                                                       \
     {.name = n, .idea = what, .launch = {fwd_##v}, .dtypes = DT_FLOATS, .min_cc = 0,            \
@@ -56,6 +64,12 @@ static const struct rung rungs[] = {
     RUNG("v7_warp_tiles", v7, "warp tiles, conflict-free 16-byte shared loads, double buffering"),
     {.name = "v8_wmma", .idea = "tensor cores through WMMA fragments, fp16 in, fp32 sums",
      .launch = {fwd_v8}, .dtypes = 1u << DT_FP16, .min_cc = 70, .unsupported = NULL,
+     .shown_for_error = NULL},
+    {.name = "v9_mma_sync", .idea = "mma.sync fed by ldmatrix from a multi-stage cp.async ring",
+     .launch = {fwd_v9}, .dtypes = 1u << DT_FP16, .min_cc = 80, .unsupported = NULL,
+     .shown_for_error = NULL},
+    {.name = "v10_wgmma", .idea = "Hopper warpgroup MMA fed by TMA: producer and consumers",
+     .launch = {fwd_v10}, .dtypes = 1u << DT_FP16, .min_cc = 90, .unsupported = v10_why_not,
      .shown_for_error = NULL},
     RUNG("vendor", vendor, "cuBLAS: Sgemm in pedantic math (no TF32), GemmEx fp16/fp32"),
 };

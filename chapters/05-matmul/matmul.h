@@ -30,8 +30,13 @@ MATMUL_RUNG(v5)
 MATMUL_RUNG(v6)
 MATMUL_RUNG(v7)
 MATMUL_RUNG(v8)
+MATMUL_RUNG(v9)
+MATMUL_RUNG(v10)
 MATMUL_RUNG(vendor)
 #undef MATMUL_RUNG
+
+/* NULL where v10 can run on this GPU, else why not (it is built for sm_90a alone). */
+const char *matmul_v10_unsupported(void);
 
 void matmul_exercise(const void *a, const void *b, void *c, struct matmul_dims d, enum dtype t,
                      cudaStream_t s);
