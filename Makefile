@@ -19,7 +19,7 @@ GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
 
 WARN := -Wall -Wextra
 CFLAGS := -std=c11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -I$(CUDA_HOME)/include
-NVCCFLAGS := -std=c++20 -O3 -lineinfo $(GENCODE) -Xcompiler -Wall,-Wextra -Icommon
+NVCCFLAGS = -std=c++20 -O3 -lineinfo $(GENCODE) -Xcompiler -Wall,-Wextra -Icommon
 LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64
 LDLIBS := -lcudnn -lcublas -lm
 
@@ -79,6 +79,12 @@ $(OBJ)/%.o: %.c | toolkit
 $(OBJ)/%.o: %.cu | toolkit
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I$(dir $<) -MMD -MP -c $< -o $@
+
+# Rungs that use instructions of sm_90a alone (wgmma, setmaxnreg): their Hopper code is built
+# for sm_90a, which runs on compute capability 9.0 only.
+SM90A_RUNGS := chapters/05-matmul/v10_wgmma
+$(SM90A_RUNGS:%=$(OBJ)/%.o): GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode \
+    arch=compute_$(a:90=90a),code=sm_$(a:90=90a)) -gencode arch=compute_$(LAST_ARCH:90=90a),code=compute_$(LAST_ARCH:90=90a)
 
 $(OBJ)/%.nomain.o: %.cu | toolkit
 	@mkdir -p $(dir $@)

@@ -106,7 +106,7 @@ struct verify_result pool_verify(const struct pool *pl, const struct problem *p,
     launch(&a, s);
     CUDA_CHECK(cudaStreamSynchronize(s));
 
-    struct verify_result all = {1, 0, 0, 0, 0, 0, 0, 0};
+    struct verify_result all = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     *bad_tensor = -1;
     for (int i = 0; i < p->n_out; i++) {
         size_t bytes = tensor_bytes(&p->out[i]);
@@ -128,6 +128,8 @@ struct verify_result pool_verify(const struct pool *pl, const struct problem *p,
             *bad_tensor = i;
         }
         all.n_bad += r.n_bad;
+        all.n_checked += r.n_checked;
+        all.n_total += r.n_total;
         if (r.max_abs_err > all.max_abs_err) all.max_abs_err = r.max_abs_err;
         if (r.max_rel_err > all.max_rel_err) all.max_rel_err = r.max_rel_err;
         if (r.norm_rel_err > all.norm_rel_err) all.norm_rel_err = r.norm_rel_err;

@@ -83,8 +83,26 @@ static int choose_launches(struct timer *t, const struct pool *pl, const struct 
     return k < 1 ? 1 : k > KL_MAX_LAUNCHES_PER_REPLAY ? KL_MAX_LAUNCHES_PER_REPLAY : k;
 }
 
+/* Samples of one launch (exec NULL) or one replay, per launch, until o->iters or the budget. */
+static int sample(struct timer *t, cudaGraphExec_t exec, const struct pool *pl,
+                  const struct problem *p, launch_fn launch, const struct timing_opts *o,
+                  int cold, int k, double *us)
+{
+    double spent_ms = 0;
+    for (int i = 0; i < o->warmup && spent_ms < KL_SAMPLING_BUDGET_MS; i++)
+        spent_ms += time_once(t, exec, pl, p, launch, i, cold);
+    spent_ms = 0;
+    int n = 0;
+    while (n < o->iters && (n < KL_MIN_SAMPLES || spent_ms < KL_SAMPLING_BUDGET_MS)) {
+        const float ms = time_once(t, exec, pl, p, launch, n, cold);
+        spent_ms += ms;
+        us[n++] = 1e3 * ms / k;
+    }
+    return n;
+}
+
 int time_launches(struct timer *t, const struct pool *pl, const struct problem *p,
-                  launch_fn launch, const struct timing_opts *o, double *us)
+                  launch_fn launch, const struct timing_opts *o, double *us, int *taken)
 {
     int cold = !o->hot_l2;
     /* One launch outside any capture first: a rung's first call may create library handles or
@@ -93,18 +111,12 @@ int time_launches(struct timer *t, const struct pool *pl, const struct problem *
     launch(&first, t->stream);
     CUDA_CHECK(cudaStreamSynchronize(t->stream));
     if (o->no_graph) {
-        for (int i = 0; i < o->warmup; i++)
-            time_once(t, NULL, pl, p, launch, i, cold);
-        for (int i = 0; i < o->iters; i++)
-            us[i] = 1e3 * time_once(t, NULL, pl, p, launch, i, cold);
+        *taken = sample(t, NULL, pl, p, launch, o, cold, 1, us);
         return 1;
     }
     int k = choose_launches(t, pl, p, launch);
     cudaGraphExec_t exec = capture(t, pl, p, launch, k);
-    for (int i = 0; i < o->warmup; i++)
-        time_once(t, exec, pl, p, launch, i, cold);
-    for (int i = 0; i < o->iters; i++)
-        us[i] = 1e3 * time_once(t, exec, pl, p, launch, i, cold) / k;
+    *taken = sample(t, exec, pl, p, launch, o, cold, k, us);
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     return k;
 }

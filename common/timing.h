@@ -15,6 +15,11 @@ extern "C" {
 
 #define KL_REPLAY_TARGET_US 100.0
 #define KL_MAX_LAUNCHES_PER_REPLAY 1000
+/* A rung whose samples add up to more than this stops sampling early, after at least
+ * KL_MIN_SAMPLES: a naive 8192^3 matmul takes seconds a launch, and twenty of them per dtype
+ * would make a sweep of minutes out of one row. Every kernel under 100 ms keeps every sample. */
+#define KL_SAMPLING_BUDGET_MS 2000.0
+#define KL_MIN_SAMPLES 3
 
 struct timing_opts {
     int iters, warmup, hot_l2, no_graph;
@@ -34,10 +39,11 @@ void timer_destroy(struct timer *t);
  * inputs in the L2. */
 int cold_sets_needed(const struct device_info *d, size_t set_bytes);
 
-/* Times launch on p; writes o->iters samples, microseconds per launch, into us. Returns K, the
- * launches per sample. */
+/* Times launch on p; writes up to o->iters samples, microseconds per launch, into us, and
+ * their count into *taken (fewer only past KL_SAMPLING_BUDGET_MS). Returns K, the launches per
+ * sample. */
 int time_launches(struct timer *t, const struct pool *pl, const struct problem *p,
-                  launch_fn launch, const struct timing_opts *o, double *us);
+                  launch_fn launch, const struct timing_opts *o, double *us, int *taken);
 
 #ifdef __cplusplus
 }

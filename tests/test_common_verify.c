@@ -85,3 +85,23 @@ Test(verify, tolerance_grows_with_reduction_length)
     cr_expect(b.atol > a.atol && b.rtol > a.rtol);
     cr_expect(tolerance_for(DT_FP16, 1).rtol > a.rtol);
 }
+
+/* A sampled reference: the elements it left unchecked are skipped whatever the output holds
+ * there, and counted out of n_checked; the checked ones are still held to the tolerance. */
+Test(verify, skips_only_unchecked_elements)
+{
+    for (int i = 0; i < N; i += 3)
+        ref[i] = verify_unchecked();
+    out[0] = 1e6f;  /* unchecked: ignored */
+    out[3] = NAN;   /* unchecked: ignored */
+    struct verify_result r = verify(out, DT_FP32, ref, N, tolerance_for(DT_FP32, 1));
+    cr_expect(r.ok);
+    cr_expect_eq(r.n_total, N);
+    cr_expect_eq(r.n_checked, N - (N + 2) / 3);
+    out[4] += 1.f; /* checked */
+    r = verify(out, DT_FP32, ref, N, tolerance_for(DT_FP32, 1));
+    cr_expect(!r.ok);
+    cr_expect_eq(r.first_bad, 4);
+    cr_expect(!verify_is_unchecked(NAN) && !verify_is_unchecked(0.0));
+    cr_expect(verify_is_unchecked(verify_unchecked()));
+}

@@ -1,0 +1,65 @@
+/* Chapter 05, matmul: C = A B, row-major, any M, N, K.
+ *
+ * A is M x K, B is K x N, C is M x N, all row-major, of one element type (fp32, or fp16 with
+ * fp32 accumulation). Each rung's launcher takes device pointers and the dimensions; the chapter
+ * table in main.cu wraps them for the harness. matmul() is the C API the later chapters call
+ * (convolution as im2col + GEMM and its two gradients need the three forms). */
+#ifndef MATMUL_H
+#define MATMUL_H
+
+#include <stdint.h>
+
+#include "ladder.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct matmul_dims {
+    int64_t m, n, k;
+};
+
+#define MATMUL_RUNG(v)                                                                         \
+    void matmul_##v(const void *a, const void *b, void *c, struct matmul_dims d, enum dtype t, \
+                    cudaStream_t s);
+MATMUL_RUNG(v1)
+MATMUL_RUNG(v2)
+MATMUL_RUNG(v3)
+MATMUL_RUNG(v4)
+MATMUL_RUNG(v5)
+MATMUL_RUNG(v6)
+MATMUL_RUNG(v7)
+MATMUL_RUNG(v8)
+MATMUL_RUNG(v9)
+MATMUL_RUNG(v10)
+MATMUL_RUNG(vendor)
+#undef MATMUL_RUNG
+
+/* NULL where v10 can run on this GPU, else why not (it is built for sm_90a alone). */
+const char *matmul_v10_unsupported(void);
+
+void matmul_exercise(const void *a, const void *b, void *c, struct matmul_dims d, enum dtype t,
+                     cudaStream_t s);
+
+/* The C API: C = op(A) op(B), C m x n. MATMUL_AB: A m x k, B k x n. MATMUL_ATB: C = A^T B with
+ * A stored k x m (the weight gradient's shape). MATMUL_ABT: C = A B^T with B stored n x k (the
+ * input gradient's). */
+enum matmul_form { MATMUL_AB, MATMUL_ATB, MATMUL_ABT };
+void matmul(enum matmul_form form, const void *a, const void *b, void *c, struct matmul_dims d,
+            enum dtype t, cudaStream_t s);
+
+/* The CPU reference (reference.c), accumulating in double. matmul_reference computes every
+ * element; matmul_reference_sampled only `rows` rows and `cols` columns spread over C (first and
+ * last included), leaving verify_unchecked() elsewhere, for sizes whose full reference would
+ * take minutes. */
+void matmul_reference(const void *a, const void *b, enum dtype t, struct matmul_dims d,
+                      double *c);
+void matmul_reference_sampled(const void *a, const void *b, enum dtype t, struct matmul_dims d,
+                              int rows, int cols, double *c);
+
+extern const struct chapter matmul_chapter;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
