@@ -4,8 +4,8 @@
 # and writes stdout to plots/05-matmul.svg. Everything is read from the CSV by name of column, so
 # new rungs appear without editing this file.
 #
-# x is the cube root of M N K (N for a square product). Square products (a shape of one
-# dimension) are the lines; other shapes (1023x77x513) are open circles of the rung's colour.
+# x is the cube root of M N K. Square products (M = N = K) are the lines; other shapes
+# (1023x77x513) are open circles of the rung's colour.
 
 if (!exists("csv")) csv = 'bench/results/h200/05-matmul.csv'
 if (!exists("gpu")) gpu = 'the GPU'
@@ -14,17 +14,17 @@ set terminal svg size 1100,500 font "sans-serif,11" enhanced background "white"
 set datafile separator whitespace
 
 # awk prelude: header names to column numbers; side(shape) = (M N K)^(1/3); square(shape) = 1
-# for N alone.
+# when M = N = K.
 AWK = 'BEGIN { FS = "," } NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } ' . \
-      'function side(s,  d, k) { k = split(s, d, "x"); return k == 1 ? d[1] : exp(log(d[1] * d[2] * d[3]) / 3) } ' . \
-      'function square(s,  d) { return split(s, d, "x") == 1 } '
+      'function side(s,  d) { split(s, d, "x"); return exp(log(d[1] * d[2] * d[3]) / 3) } ' . \
+      'function square(s,  d) { split(s, d, "x"); return d[1] == d[2] && d[2] == d[3] } '
 awk(prog) = "awk '" . AWK . prog . "' '" . csv . "'"
 
 # The rungs, in the order the program wrote them (vendor included, the CPU reference left out).
 variants = system(awk('$c["variant"] != "cpu" && !seen[$c["variant"]]++ { print $c["variant"] }'))
 index_of(v, i) = i > words(variants) ? 0 : (word(variants, i) eq v ? i : index_of(v, i + 1))
-array colours[10] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
-colour(v) = colours[(index_of(v, 1) - 1) % 10 + 1]
+array colours[12] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#000000"]
+colour(v) = colours[(index_of(v, 1) - 1) % 12 + 1]
 
 xmin = real(system(awk('NR == 2 || side($c["shape"]) < m { m = side($c["shape"]) } END { printf "%.0f", m }')))
 xmax = real(system(awk('side($c["shape"]) > m { m = side($c["shape"]) } END { printf "%.0f", m }')))

@@ -1,10 +1,12 @@
 /* The C API the later chapters call: C = A B, A^T B or A B^T.
  *
- * For now every form runs one kernel, v3's shared-memory tiles read through strides: element
- * (i, p) of op(A) is a[i * a_row + p * a_col] and (p, j) of op(B) is b[p * b_row + j * b_col],
- * so a transposed operand is the same matrix walked the other way. The tile loads of a
- * transposed operand are then strided, not coalesced; the API moves to the ladder's best rungs
- * (with transposed tile loads) once those are measured. */
+ * C = A B runs the ladder's best rung for the dtype and the GPU: v7 in fp32; in fp16 v10 on
+ * compute capability 9.0 (which runs v9 itself where the copy engine cannot describe the
+ * matrices), v9 from 8.0, v8 below. The transposed forms run v3's shared-memory tiles read
+ * through strides: element (i, p) of op(A) is a[i * a_row + p * a_col] and (p, j) of op(B) is
+ * b[p * b_row + j * b_col], so a transposed operand is the same matrix walked the other way.
+ * Their tile loads are strided, not coalesced: correct everywhere, fast nowhere, until the
+ * fast rungs learn transposed tile loads. */
 #include "matmul.cuh"
 
 #define TILE 16
@@ -45,10 +47,39 @@ static void launch(enum matmul_form form, const T *a, const T *b, T *c, struct m
     LAUNCH_CHECK();
 }
 
+/* Compute capability of the current device, as major * 10 + minor, asked once. */
+static int device_cc(void)
+{
+    static int cc = 0;
+    if (!cc) {
+        int dev, major, minor;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        cc = major * 10 + minor;
+    }
+    return cc;
+}
+
+static void best_ab(const void *a, const void *b, void *c, struct matmul_dims d, enum dtype t,
+                    cudaStream_t s)
+{
+    if (t == DT_FP32)
+        matmul_v7(a, b, c, d, t, s);
+    else if (device_cc() == 90)
+        matmul_v10(a, b, c, d, t, s);
+    else if (device_cc() >= 80)
+        matmul_v9(a, b, c, d, t, s);
+    else
+        matmul_v8(a, b, c, d, t, s);
+}
+
 extern "C" void matmul(enum matmul_form form, const void *a, const void *b, void *c,
                        struct matmul_dims d, enum dtype t, cudaStream_t s)
 {
-    if (t == DT_FP32)
+    if (form == MATMUL_AB)
+        best_ab(a, b, c, d, t, s);
+    else if (t == DT_FP32)
         launch(form, (const float *)a, (const float *)b, (float *)c, d, s);
     else
         launch(form, (const __half *)a, (const __half *)b, (__half *)c, d, s);

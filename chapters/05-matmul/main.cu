@@ -131,6 +131,12 @@ static int check_shape(const struct shape *s, char *why, size_t why_len)
 
 static void describe(struct problem *p)
 {
+    /* N alone means N x N x N; tables and CSV rows always write M x N x K. */
+    if (p->shape.ndims == 1) {
+        p->shape.ndims = 3;
+        p->shape.dim[1] = p->shape.dim[2] = p->shape.dim[0];
+        shape_format(&p->shape);
+    }
     const struct matmul_dims d = dims_of(p);
     const enum dtype t = p->dtype;
     p->n_in = 2;
