@@ -154,17 +154,15 @@ struct rung_pass {
 /* The issue's odd shapes (N = 1, 3; C = 1, 7, 1000, 4099; H W = 1, 49), then the edges between
  * the rungs' mappings: one thread per row up to 16 (backward) or 32 (forward) channels, a warp
  * per row, a block per row, rows staged in shared memory (past 16384 values), streamed rows
- * (past the stage), strided rows past 1024 channels, N H W not a multiple of any block,
- * rows pipelined through a resident block, several per block (v7), and strided rows four to a
- * lane (v8: H W a multiple of 4), past what its blocks hold at 4099 and 8193 channels. */
+ * (past the stage), strided rows past 1024 channels, N H W not a multiple of any block, and
+ * rows pipelined through a resident block, several per block (v7). */
 static const char *const shapes[] = {
     "1x1x1x1",     "3x1x1x1",      "1x1x7x7",     "3x1x7x7",     "1x7x1x1",      "3x7x1x1",
     "1x7x7x7",     "3x7x7x7",      "1x1000x1x1",  "3x1000x1x1",  "1x1000x7x7",   "3x1000x7x7",
     "1x4099x1x1",  "3x4099x1x1",   "1x4099x7x7",  "3x4099x7x7",  "1000x10x1x1",  "7x16x1x1",
     "7x17x1x1",    "5x32x1x1",     "5x33x1x1",    "3x20x5x5",    "2x40x1x2",     "5x1024x1x1",
     "2x513x3x5",   "2x1024x2x3",   "2x1025x2x3",  "2x16411x1x1", "2x32768x1x1",  "1x40000x1x1",
-    "1x100003x1x1", "1x200003x1x1", "3x12288x1x1", "1000x2048x1x1", "3x1000x2x2",
-    "2x33x4x5",    "1x1000x14x14", "3x4099x2x2",  "2x8193x1x4",
+    "1x100003x1x1", "1x200003x1x1", "3x12288x1x1", "1000x2048x1x1",
 };
 
 static void free_params(struct criterion_test_params *crp)
@@ -211,7 +209,7 @@ ParameterizedTest(struct rung_pass *rp, softmax_gpu, rung_matches_reference)
 }
 
 /* Special inputs: a copy of the chapter with another fill. */
-static const char *const special_shapes[] = {"3x7x1x1", "3x1000x7x7", "3x1000x2x2", "3x4099x1x1",
+static const char *const special_shapes[] = {"3x7x1x1", "3x1000x7x7", "3x4099x1x1",
                                              "2x32768x1x1", "1x40000x1x1"};
 
 /* Logits of large magnitude: +-80 in fp32; in fp16 up to +-60000, which only a max-subtracted

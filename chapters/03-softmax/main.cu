@@ -34,7 +34,6 @@ ADAPT(v4)
 ADAPT(v5)
 ADAPT(v6)
 ADAPT(v7)
-ADAPT(v8)
 ADAPT(vendor)
 
 static void fwd_exercise(const struct launch_args *a, cudaStream_t s)
@@ -64,8 +63,6 @@ static const struct rung rungs[] = {
     RUNG_CC("v6_early_launch", v6, "v5 with programmatic dependent launch: launches overlap", 90,
             NULL),
     RUNG("v7_pipelined", v7, "forward: a resident block loads the next row while it reduces this",
-         NULL),
-    RUNG("v8_vector_strips", v8, "strided rows: four rows a lane, one 16-byte load a channel",
          NULL),
     RUNG("vendor", vendor, "cuDNN cudnnSoftmaxForward/Backward, accurate, channel mode",
          vendor_unsupported),
