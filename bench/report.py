@@ -185,15 +185,23 @@ def sort_rows(rows):
                                        variant_key(r["variant"])))
 
 
+def has_roof(unit):
+    """Rows in FLOP/s have no measured roof (the vendor rung is their yardstick)."""
+    return unit != "TFLOP/s"
+
+
 def full_table(rows):
     unit = rate_unit(rows)
+    roof = has_roof(unit)
     body = [[r["pass"], r["dtype"], r["variant"], fmt_us(r["median_us"]),
              f"{fmt_us(r['min_us'])}-{fmt_us(r['max_us'])}" if r["min_us"] is not None else "",
-             fmt_rate(r, unit), fmt_num(r["pct_roof"], ".1f"), fmt_x(r["vs_vendor"]),
-             fmt_num(r["max_abs_err"], ".2e"), "yes" if r["verified"] else "NO"]
+             fmt_rate(r, unit)] + ([fmt_num(r["pct_roof"], ".1f")] if roof else []) +
+            [fmt_x(r["vs_vendor"]), fmt_num(r["max_abs_err"], ".2e"),
+             "yes" if r["verified"] else "NO"]
             for r in sort_rows(rows)]
-    return table(["pass", "dtype", "variant", "median us", "min-max us", unit or "rate",
-                  "% of roof", "vs vendor", "max abs err", "verified"], "lllrrrrrrl", body)
+    return table(["pass", "dtype", "variant", "median us", "min-max us", unit or "rate"] +
+                 (["% of roof"] if roof else []) + ["vs vendor", "max abs err", "verified"],
+                 "lllrrr" + ("r" if roof else "") + "rrl", body)
 
 
 def sweep_table(rows, shapes):
@@ -269,6 +277,7 @@ def readme_block(rows, labels):
     """The chapter's ladder at its seed and large shapes, fp32 and fp16 side by side."""
     unit = rate_unit(rows)
     rate = unit or "rate"
+    roof = has_roof(unit)
     dtypes = sorted({r["dtype"] for r in rows}, key=lambda d: rank(DTYPE_ORDER, d))
     out = ["", f"Measured on the {distinct(r['gpu'] for r in rows)} "
            f"(compute capability {distinct(r['cc'] for r in rows)}, "
@@ -283,7 +292,8 @@ def readme_block(rows, labels):
                 cells = {(r["variant"], r["dtype"]): r for r in chosen if r["pass"] == p}
                 header, body = ["rung"], []
                 for d in dtypes:
-                    header += [f"{d} us", f"{d} {rate}", f"{d} % roof", f"{d} vs vendor"]
+                    header += [f"{d} us", f"{d} {rate}"] + ([f"{d} % roof"] if roof else []) + \
+                        [f"{d} vs vendor"]
                 for v in sorted({v for v, _ in cells}, key=variant_key):
                     line = [v]
                     for d in dtypes:
@@ -291,8 +301,9 @@ def readme_block(rows, labels):
                         us = fmt_us(r and r["median_us"])
                         if r and not r["verified"]:
                             us += " (failed check)"
-                        line += [us, fmt_rate(r, unit), fmt_num(r and r["pct_roof"], ".1f"),
-                                 fmt_x(r and r["vs_vendor"])]
+                        line += [us, fmt_rate(r, unit)] + \
+                            ([fmt_num(r and r["pct_roof"], ".1f")] if roof else []) + \
+                            [fmt_x(r and r["vs_vendor"])]
                     body.append(line)
                 out += [f"**{title}, `{shape}`, {PASS_NAME.get(p, p)}**", ""]
                 out += table(header, "l" + "r" * (len(header) - 1), body) + [""]

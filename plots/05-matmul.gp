@@ -4,8 +4,8 @@
 # and writes stdout to plots/05-matmul.svg. Everything is read from the CSV by name of column, so
 # new rungs appear without editing this file.
 #
-# x is the cube root of M N K. Square products (M = N = K) are the lines; other shapes
-# (1023x77x513) are open circles of the rung's colour.
+# x is the cube root of M N K. Square products of a power of two (the sweep's 128 to 8192) are
+# the lines; the other shapes (1000, 4097, 1023x77x513) are open circles of the rung's colour.
 
 if (!exists("csv")) csv = 'bench/results/h200/05-matmul.csv'
 if (!exists("gpu")) gpu = 'the GPU'
@@ -14,10 +14,11 @@ set terminal svg size 1100,500 font "sans-serif,11" enhanced background "white"
 set datafile separator whitespace
 
 # awk prelude: header names to column numbers; side(shape) = (M N K)^(1/3); square(shape) = 1
-# when M = N = K.
+# when M = N = K is a power of two.
 AWK = 'BEGIN { FS = "," } NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } ' . \
       'function side(s,  d) { split(s, d, "x"); return exp(log(d[1] * d[2] * d[3]) / 3) } ' . \
-      'function square(s,  d) { split(s, d, "x"); return d[1] == d[2] && d[2] == d[3] } '
+      'function square(s,  d) { split(s, d, "x"); return d[1] == d[2] && d[2] == d[3] && ' . \
+      '2 ^ int(log(d[1]) / log(2) + 0.5) == d[1] } '
 awk(prog) = "awk '" . AWK . prog . "' '" . csv . "'"
 
 # The rungs, in the order the program wrote them (vendor included, the CPU reference left out).
