@@ -1,9 +1,12 @@
 /* GPU tests skip, saying why, where no GPU can be used. The runner process never initialises
- * CUDA itself (ladder_gpu_present asks in a child), so the forked test workers still can. */
+ * CUDA itself (ladder_gpu_present asks in a child), so the forked test workers still can.
+ * Also here: the two checks every chapter makes of its exercise checker. */
 #ifndef TESTS_GPU_H
 #define TESTS_GPU_H
 
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "ladder.h"
 
@@ -13,5 +16,31 @@
         if (!ladder_gpu_present(why_, sizeof why_))                                            \
             cr_skip_test("GPU test skipped: %s", why_);                                        \
     } while (0)
+
+/* The untouched exercise stub writes nothing, so the checker must fail it in fp32 and name
+ * element 0, the first element it left as poison. */
+static inline void expect_checker_fails_the_stub(const struct chapter *ch)
+{
+    FILE *log = tmpfile();
+    cr_assert(log);
+    cr_expect_eq(ladder_exercise_verify(ch, ch->exercise, 1u << DT_FP32, 1, log), 1);
+    char text[4096] = "";
+    rewind(log);
+    size_t got = fread(text, 1, sizeof text - 1, log);
+    text[got] = '\0';
+    cr_expect(strstr(text, "WRONG at element 0") != NULL, "the checker said: %s", text);
+    fclose(log);
+}
+
+/* The checker must pass a correct kernel, `solution`, run in the exercise's place for `pass`. */
+static inline void expect_checker_passes(const struct chapter *ch, int pass, launch_fn solution)
+{
+    struct rung correct = *ch->exercise;
+    correct.launch[pass] = solution;
+    FILE *log = tmpfile();
+    cr_assert(log);
+    cr_expect_eq(ladder_exercise_verify(ch, &correct, 1u << DT_FP32, 1, log), 0);
+    fclose(log);
+}
 
 #endif

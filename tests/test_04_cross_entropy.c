@@ -429,27 +429,13 @@ static void fwd_v3(const struct launch_args *a, cudaStream_t s)
 Test(ce_exercise, checker_fails_the_stub)
 {
     SKIP_WITHOUT_GPU();
-    FILE *log = tmpfile();
-    cr_assert(log);
-    cr_expect_eq(ladder_exercise_verify(&ce_chapter, ce_chapter.exercise, 1u << DT_FP32, 1, log),
-                 1);
-    char text[4096] = "";
-    rewind(log);
-    size_t got = fread(text, 1, sizeof text - 1, log);
-    text[got] = '\0';
-    cr_expect(strstr(text, "WRONG at element 0") != NULL, "the checker said: %s", text);
-    fclose(log);
+    expect_checker_fails_the_stub(&ce_chapter);
 }
 
 Test(ce_exercise, checker_passes_a_correct_kernel)
 {
     SKIP_WITHOUT_GPU();
-    struct rung solution = *ce_chapter.exercise;
-    solution.launch[FWD] = fwd_v3;
-    FILE *log = tmpfile();
-    cr_assert(log);
-    cr_expect_eq(ladder_exercise_verify(&ce_chapter, &solution, 1u << DT_FP32, 1, log), 0);
-    fclose(log);
+    expect_checker_passes(&ce_chapter, FWD, fwd_v3);
 }
 
 /* ---- The program end to end. */
