@@ -15,15 +15,11 @@
 /* M and N index the grid's y dimension in some rungs (65535 blocks of 32). */
 #define MAX_MN 2000000
 
+/* describe() has written every shape as MxNxK. */
 static struct matmul_dims dims_of(const struct problem *p)
 {
     const int64_t *d = p->shape.dim;
-    struct matmul_dims md = {d[0], d[0], d[0]};
-    if (p->shape.ndims == 3) {
-        md.m = d[0];
-        md.n = d[1];
-        md.k = d[2];
-    }
+    const struct matmul_dims md = {d[0], d[1], d[2]};
     return md;
 }
 

@@ -62,6 +62,7 @@
 
 #include <cudaTypedefs.h> /* CUtensorMap and PFN_cuTensorMapEncodeTiled, no libcuda needed */
 
+#include "launch.cuh"
 #include "matmul.cuh"
 
 /* Knobs, for -D on the GPU. V10_BN: 256 (m64n256k16) or 128 (m64n128k16, 6 stages fit).
@@ -748,8 +749,10 @@ static const struct v10_device *v10_device_state(void)
         dev.why = "no sm_90a kernel image in this build (add 90 to CUDA_ARCHS)";
         return &dev;
     }
-    CUDA_CHECK(cudaFuncSetAttribute(matmul_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    SMEM_BYTES));
+    if (kl_grant_shared_memory((const void *)matmul_wgmma) < SMEM_BYTES) {
+        dev.why = "the kernel's shared memory does not fit a block on this GPU";
+        return &dev;
+    }
     /* One block an SM; with clusters, how many pairs of SMs the GPCs can hold at once. */
     int sms;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, id));

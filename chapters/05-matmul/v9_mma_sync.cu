@@ -55,6 +55,8 @@
  * N even. Any M, N and K work, the other cases more slowly.
  * Knobs (-D at build time, for tuning): V9_BM, V9_BN, V9_BK, V9_WARPS_M, V9_WARPS_N,
  * V9_STAGES, V9_GROUP_M, V9_MIN_BLOCKS; the defaults are the tiles above. */
+#include "async_copy.cuh"
+#include "launch.cuh"
 #include "matmul.cuh"
 
 #ifndef V9_BM
@@ -122,18 +124,6 @@ __device__ __forceinline__ void st_shared_16(uint32_t dst, uint4 v)
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y),
                  "r"(v.z), "r"(v.w)
                  : "memory");
-}
-
-/* Closes the group of copies issued since the last commit: one group per tile. */
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-/* Waits until at most N groups are still in flight (N must be a constant in the PTX). */
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 /* Four 8 x 8 tiles of 16-bit elements; lanes 8i .. 8i + 7 address the rows of tile i, and
@@ -340,9 +330,9 @@ __global__ void __launch_bounds__(THREADS, V9_MIN_BLOCKS)
     for (int s = 0; s < V9_STAGES - 1; s++) {
         if (s < tiles)
             load_stage(&v, smem_base, s, (int64_t)s * V9_BK);
-        cp_async_commit();
+        kl_copies_commit();
     }
-    cp_async_wait<V9_STAGES - 2>();
+    kl_copies_wait<V9_STAGES - 2>();
     __syncthreads();
     load_fragments(&f[0], smem_base, 0, 0, warp_row, warp_col);
 
@@ -354,7 +344,7 @@ __global__ void __launch_bounds__(THREADS, V9_MIN_BLOCKS)
                 /* The next tile's first fragments are loaded below: wait for its copies (this
                  * thread's), then for everyone's. Past the barrier no warp reads the stage
                  * finished last, so the copies issued at ks == 0 may overwrite it. */
-                cp_async_wait<V9_STAGES - 2>();
+                kl_copies_wait<V9_STAGES - 2>();
                 __syncthreads();
                 read_slot = read_slot + 1 == V9_STAGES ? 0 : read_slot + 1;
             }
@@ -364,13 +354,13 @@ __global__ void __launch_bounds__(THREADS, V9_MIN_BLOCKS)
                 if (tile + V9_STAGES - 1 < tiles)
                     load_stage(&v, smem_base, write_slot,
                                (int64_t)(tile + V9_STAGES - 1) * V9_BK);
-                cp_async_commit();
+                kl_copies_commit();
                 write_slot = write_slot + 1 == V9_STAGES ? 0 : write_slot + 1;
             }
             mma_warp_tile(acc, &f[ks % 2]);
         }
     }
-    cp_async_wait<0>(); /* nothing is left in flight, but leave no copy behind the exit */
+    kl_copies_wait<0>(); /* nothing is left in flight, but leave no copy behind the exit */
 
     const int64_t row = v.row0 + warp_row + lane / 4, col = v.col0 + warp_col + lane % 4 * 2;
 #pragma unroll
@@ -390,12 +380,9 @@ extern "C" void matmul_v9(const void *a, const void *b, void *c, struct matmul_d
                           enum dtype t, cudaStream_t s)
 {
     (void)t; /* fp16 only: the rung's dtypes say so */
-    static bool smem_allowed = false;
-    if (!smem_allowed) { /* above 48 KB of dynamic shared memory a kernel must opt in, once */
-        CUDA_CHECK(cudaFuncSetAttribute(matmul_mma_sync,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
-        smem_allowed = true;
-    }
+    static size_t room = 0; /* above 48 KB of dynamic shared memory a kernel must opt in */
+    if (!room)
+        room = kl_grant_shared_memory((const void *)matmul_mma_sync);
     const bool vec_a = d.k % 8 == 0 && aligned16(a), vec_b = d.n % 8 == 0 && aligned16(b);
     const bool vec_c = d.n % 2 == 0 && (uintptr_t)c % 4 == 0;
     const dim3 grid(matmul_blocks(d.n, V9_BN), matmul_blocks(d.m, V9_BM));
