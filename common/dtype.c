@@ -4,7 +4,7 @@
 
 size_t dtype_size(enum dtype t)
 {
-    return t == DT_FP16 ? 2 : 4;
+    return t == DT_U8 ? 1 : t == DT_FP16 ? 2 : 4;
 }
 
 const char *dtype_name(enum dtype t)
@@ -13,6 +13,7 @@ const char *dtype_name(enum dtype t)
     case DT_FP32: return "fp32";
     case DT_FP16: return "fp16";
     case DT_I32: return "i32";
+    case DT_U8: return "u8";
     }
     return "?";
 }
@@ -85,5 +86,6 @@ void store_from_double(void *buf, enum dtype t, size_t i, double v)
     case DT_FP32: ((float *)buf)[i] = (float)v; break;
     case DT_FP16: ((uint16_t *)buf)[i] = half_from_float((float)v); break;
     case DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case DT_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
     }
 }

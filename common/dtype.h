@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-enum dtype { DT_FP32, DT_FP16, DT_I32 };
+enum dtype { DT_FP32, DT_FP16, DT_I32, DT_U8 };
 #define DT_FLOATS ((1u << DT_FP32) | (1u << DT_FP16))
 
 size_t dtype_size(enum dtype t);
@@ -32,6 +32,7 @@ static inline double load_as_double(const void *buf, enum dtype t, size_t i)
     case DT_FP32: return ((const float *)buf)[i];
     case DT_FP16: return half_table[((const uint16_t *)buf)[i]];
     case DT_I32: return ((const int32_t *)buf)[i];
+    case DT_U8: return ((const uint8_t *)buf)[i];
     }
     return 0.0;
 }

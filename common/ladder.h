@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define KL_MAX_TENSORS 4
+#define KL_MAX_TENSORS 6
 #define KL_MAX_DIMS 8
 #define KL_MAX_PARAMS 8
 #define KL_MAX_PASSES 4

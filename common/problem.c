@@ -101,5 +101,9 @@ void fill_uniform(void *buf, enum dtype t, size_t n, struct rng *r, double lo, d
         for (size_t i = 0; i < n; i++)
             ((int32_t *)buf)[i] = (int32_t)(lo + (double)rng_below(r, (uint64_t)(hi - lo)));
         break;
+    case DT_U8:
+        for (size_t i = 0; i < n; i++)
+            ((uint8_t *)buf)[i] = (uint8_t)(lo + (double)rng_below(r, (uint64_t)(hi - lo)));
+        break;
     }
 }

@@ -31,6 +31,7 @@ struct tolerance tolerance_for(enum dtype t, size_t reduction_len)
         tol.rtol = 1e-3 + 1e-5 * growth;
         break;
     case DT_I32:
+    case DT_U8:
         tol.atol = 0;
         tol.rtol = 0;
         break;

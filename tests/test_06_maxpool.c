@@ -1,0 +1,274 @@
+/* Chapter 06: the CPU reference on its own (known windows, ties, NaN, padding, the backward
+ * against finite differences), the shape checks, then every rung against the reference on
+ * the GPU. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <criterion/redirect.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gpu.h"
+#include "maxpool.h"
+
+static struct maxpool_dims dims(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
+                                int64_t s, int64_t p)
+{
+    struct maxpool_dims d;
+    char why[200];
+    cr_assert_eq(maxpool_dims_of(n, c, h, w, k, k, s, p, &d, why, sizeof why), 0, "%s", why);
+    return d;
+}
+
+/* A 4x4 plane, 2x2 windows, stride 2: four windows with known maxima, one of them a tie. */
+Test(maxpool_reference, known_windows_and_first_of_ties)
+{
+    const float x[] = {1, 5, 2, 2, /**/ 3, 0, 2, 2, /**/ -1, -2, 7, 0, /**/ -3, -1, 0, 7};
+    const struct maxpool_dims d = dims(1, 1, 4, 4, 2, 2, 0);
+    double y[4];
+    int32_t plane[4];
+    uint8_t window[4];
+    maxpool_forward_reference(x, DT_FP32, d, y, plane, window);
+    const double y_want[] = {5, 2, -1, 7};
+    const int32_t plane_want[] = {1, 2, 8, 10}; /* the tie of 2s: the first, (0, 2) */
+    const uint8_t window_want[] = {1, 0, 0, 0};
+    for (int o = 0; o < 4; o++) {
+        cr_expect_eq(y[o], y_want[o], "y[%d] = %g", o, y[o]);
+        cr_expect_eq(plane[o], plane_want[o], "plane index %d is %d", o, plane[o]);
+        cr_expect_eq(window[o], window_want[o], "window index %d is %d", o, window[o]);
+    }
+}
+
+/* 3x3 windows, stride 2, padding 1 on a 3x3 plane: the padding never wins, even against
+ * negative values, and the window index counts the padded positions. */
+Test(maxpool_reference, padding_never_wins)
+{
+    const float x[] = {-5, -4, -3, /**/ -2, -1, -6, /**/ -7, -8, -9};
+    const struct maxpool_dims d = dims(1, 1, 3, 3, 3, 2, 1);
+    cr_assert_eq(d.oh, 2);
+    cr_assert_eq(d.ow, 2);
+    double y[4];
+    int32_t plane[4];
+    uint8_t window[4];
+    maxpool_forward_reference(x, DT_FP32, d, y, plane, window);
+    /* window (0, 0) covers rows -1..1, cols -1..1: max -1 at (1, 1), window position 2*3+2 */
+    cr_expect_eq(y[0], -1);
+    cr_expect_eq(plane[0], 4);
+    cr_expect_eq(window[0], 8);
+    /* window (1, 1) covers rows 1..3, cols 1..3: -1 at (1, 1), window position 0 */
+    cr_expect_eq(y[3], -1);
+    cr_expect_eq(plane[3], 4);
+    cr_expect_eq(window[3], 0);
+}
+
+Test(maxpool_reference, nan_propagates_and_takes_the_gradient)
+{
+    const float x[] = {1, NAN, 3, NAN};
+    const struct maxpool_dims d = dims(1, 1, 2, 2, 2, 2, 0);
+    double y[1];
+    int32_t plane[1];
+    uint8_t window[1];
+    maxpool_forward_reference(x, DT_FP32, d, y, plane, window);
+    cr_expect(isnan(y[0]));
+    cr_expect_eq(plane[0], 1, "the first NaN wins");
+    const double dy = 2.5;
+    double dx[4];
+    maxpool_backward_reference(&dy, plane, d, dx);
+    cr_expect_eq(dx[1], 2.5);
+    cr_expect_eq(dx[0] + dx[2] + dx[3], 0);
+}
+
+/* Overlapping windows (3x3, stride 1): a position chosen by several windows gets their sum. */
+Test(maxpool_reference, overlapping_windows_add_up)
+{
+    float x[25];
+    for (int i = 0; i < 25; i++)
+        x[i] = (float)(i == 12 ? 100 : i % 7);
+    const struct maxpool_dims d = dims(1, 1, 5, 5, 3, 1, 0);
+    double y[9], dx[25], dy[9];
+    int32_t plane[9];
+    maxpool_forward_reference(x, DT_FP32, d, y, plane, NULL);
+    for (int o = 0; o < 9; o++)
+        dy[o] = 1;
+    maxpool_backward_reference(dy, plane, d, dx);
+    cr_expect_eq(dx[12], 9, "the centre wins all nine windows");
+}
+
+/* dL/dx for L = sum(dy * maxpool(x)) by central differences of the forward reference, on
+ * overlapping windows with padding; x distinct enough that no step changes an argmax. */
+Test(maxpool_reference, backward_matches_finite_differences)
+{
+    enum { H = 7, W = 6, C = 2 };
+    const struct maxpool_dims d = dims(1, C, H, W, 3, 2, 1);
+    const int64_t outs = C * d.oh * d.ow;
+    double x[C * H * W], dy[64], dx[C * H * W], yp[64], ym[64];
+    int32_t plane[64];
+    cr_assert(outs <= 64);
+    struct rng r = rng_seeded(11);
+    for (int i = 0; i < C * H * W; i++)
+        x[i] = (double)((i * 37) % (C * H * W)) + rng_uniform(&r, 0.1, 0.4);
+    for (int64_t o = 0; o < outs; o++)
+        dy[o] = rng_uniform(&r, -1, 1);
+    float xf[C * H * W];
+    for (int i = 0; i < C * H * W; i++)
+        xf[i] = (float)x[i];
+    double y[64];
+    maxpool_forward_reference(xf, DT_FP32, d, y, plane, NULL);
+    maxpool_backward_reference(dy, plane, d, dx);
+    const float h = 1e-2f;
+    for (int i = 0; i < C * H * W; i++) {
+        const float keep = xf[i], plus = keep + h, minus = keep - h;
+        xf[i] = plus;
+        maxpool_forward_reference(xf, DT_FP32, d, yp, NULL, NULL);
+        xf[i] = minus;
+        maxpool_forward_reference(xf, DT_FP32, d, ym, NULL, NULL);
+        xf[i] = keep;
+        double fd = 0; /* over the step the floats really took */
+        for (int64_t o = 0; o < outs; o++)
+            fd += dy[o] * (yp[o] - ym[o]) / ((double)plus - (double)minus);
+        cr_expect(fabs(fd - dx[i]) < 1e-4, "x[%d]: finite difference %g, backward %g", i, fd,
+                  dx[i]);
+    }
+}
+
+Test(maxpool_reference, reads_fp16_as_stored)
+{
+    const uint16_t x[] = {half_from_float(0.1f), half_from_float(0.3333f), half_from_float(-2),
+                          half_from_float(0.2f)};
+    const struct maxpool_dims d = dims(1, 1, 2, 2, 2, 2, 0);
+    double y[1];
+    maxpool_forward_reference(x, DT_FP16, d, y, NULL, NULL);
+    cr_expect_eq(y[0], (double)half_to_float(half_from_float(0.3333f)));
+}
+
+/* ---- shapes ---- */
+
+static int shape_refused(const char *text, const char *reason)
+{
+    struct shape s;
+    char why[256] = "";
+    int rc = shape_parse(text, &s, why, sizeof why) ||
+             maxpool_chapter.check_shape(&s, why, sizeof why);
+    return rc != 0 && strstr(why, reason) != NULL;
+}
+
+Test(maxpool_shape, bad_parameters_say_what_is_wrong)
+{
+    cr_expect(shape_refused("8x64x128x128-k2s0", "stride"));
+    cr_expect(shape_refused("8x64x128x128-k2s2p2", "padding must be below the window"));
+    cr_expect(shape_refused("1x1x3x3-k5s1p0", "larger than the padded"));
+    cr_expect(shape_refused("1x1x3x3-k0", "at least 1x1"));
+    cr_expect(shape_refused("1x1x30x30-k16", "at most 255"));
+    cr_expect(shape_refused("8x64x128", "NxCxHxW"));
+    cr_expect(shape_refused("8x64x128x128-q2", "not k"));
+    const char *good[] = {"1x1x1x1-k1", "8x64x128x128-k2s2p0", "32x64x112x112-k3s2p1",
+                          "2x3x7x9-k3s2p1", "1x1x5x5-k5"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        struct shape s;
+        char why[256] = "";
+        cr_expect(shape_parse(good[i], &s, why, sizeof why) == 0 &&
+                      maxpool_chapter.check_shape(&s, why, sizeof why) == 0,
+                  "%s refused: %s", good[i], why);
+    }
+}
+
+Test(maxpool_program, bad_shapes_exit_2, .init = cr_redirect_stderr)
+{
+    const char *bad[] = {"8x64x128x128-k2s0", "1x1x3x3-k4", "2x2x8x8-k2p2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *argv[] = {"06-maxpool", "--shape", bad[i]};
+        cr_expect_eq(ladder_main(&maxpool_chapter, 3, (char **)argv), KL_EXIT_USAGE,
+                     "--shape %s must be refused", bad[i]);
+    }
+}
+
+Test(maxpool_program, runs_and_exits_0, .init = cr_redirect_stdout)
+{
+    const char *argv[] = {"06-maxpool", "--shape", "2x3x7x9-k3s2p1", "--iters", "3"};
+    cr_expect_eq(ladder_main(&maxpool_chapter, 5, (char **)argv), KL_EXIT_OK);
+}
+
+/* ---- every rung on the GPU ---- */
+
+struct rung_pass {
+    int rung, pass;
+};
+
+/* The presets' windows at odd sizes: H or W not divisible by the stride, 7x7 inputs, C = 1,
+ * N = 1 and 3, a window as large as the input, overlapping windows with and without padding,
+ * and a stride larger than the window (gaps no window covers, whose dx must be 0). */
+static const char *const shapes[] = {
+    "1x1x1x1-k1",    "1x1x7x7-k2",     "3x1x7x7-k2",     "1x3x8x8-k2",    "3x2x9x7-k2s2",
+    "2x3x7x9-k3s2p1", "1x2x12x12-k3s1p1", "2x2x7x7-k7",   "1x4x10x11-k2s3", "3x5x17x16-k3s2p1",
+    "2x16x33x32-k2", "1x1x5x5-k4s1p2",
+};
+
+static void free_params(struct criterion_test_params *crp)
+{
+    cr_free(crp->params);
+}
+
+ParameterizedTestParameters(maxpool_gpu, rung_matches_reference)
+{
+    int n = maxpool_chapter.n_rungs * maxpool_chapter.n_passes;
+    struct rung_pass *params = cr_malloc(sizeof *params * (size_t)n);
+    for (int i = 0; i < n; i++)
+        params[i] = (struct rung_pass){i / maxpool_chapter.n_passes, i % maxpool_chapter.n_passes};
+    return cr_make_param_array(struct rung_pass, params, (size_t)n, free_params);
+}
+
+ParameterizedTest(struct rung_pass *rp, maxpool_gpu, rung_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    const struct rung *r = &maxpool_chapter.rungs[rp->rung];
+    for (int t = DT_FP32; t <= DT_FP16; t++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            struct verify_result v;
+            char why[256] = "";
+            int rc = ladder_check(&maxpool_chapter, r, rp->pass, (enum dtype)t, shapes[s],
+                                  600 + s, &v, why, sizeof why);
+            cr_expect_eq(rc, 0, "%s %s %s at %s: %s element %zu is %g, reference %g", r->name,
+                         maxpool_chapter.passes[rp->pass], dtype_name(t), shapes[s],
+                         rc == 1 ? "wrong:" : why, v.first_bad, v.bad_out, v.bad_ref);
+        }
+}
+
+/* ---- the exercise checker fails the untouched stub and passes a correct kernel (v1's
+ * forward). */
+
+static void fwd_v1(const struct launch_args *a, cudaStream_t s)
+{
+    const struct shape *sh = &a->p->shape;
+    struct maxpool_dims d;
+    char why[200];
+    const int64_t k = shape_param(sh, 'k', 2);
+    cr_assert_eq(maxpool_dims_of(sh->dim[0], sh->dim[1], sh->dim[2], sh->dim[3], k, k,
+                                 shape_param(sh, 's', k), shape_param(sh, 'p', 0), &d, why,
+                                 sizeof why),
+                 0);
+    maxpool_forward_v1(a->in[0], a->out[0], (int32_t *)a->out[1], (uint8_t *)a->out[2], d,
+                       a->p->dtype, s);
+}
+
+Test(maxpool_exercise, checker_fails_the_stub)
+{
+    SKIP_WITHOUT_GPU();
+    FILE *log = tmpfile();
+    cr_assert(log);
+    cr_expect_eq(ladder_exercise_verify(&maxpool_chapter, maxpool_chapter.exercise,
+                                        1u << DT_FP32, 1, log),
+                 1);
+    fclose(log);
+}
+
+Test(maxpool_exercise, checker_passes_a_correct_kernel)
+{
+    SKIP_WITHOUT_GPU();
+    struct rung solution = *maxpool_chapter.exercise;
+    solution.launch[0] = fwd_v1;
+    FILE *log = tmpfile();
+    cr_assert(log);
+    cr_expect_eq(ladder_exercise_verify(&maxpool_chapter, &solution, 1u << DT_FP32, 1, log), 0);
+    fclose(log);
+}
