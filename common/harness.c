@@ -126,14 +126,17 @@ static int run_group(struct run *run, int pass, enum dtype t, const struct rung 
         if (skip || run->o.no_verify)
             continue;
         int bad_tensor;
-        struct verify_result v = pool_verify(&pl, &p, list[i]->launch[pass], run->timer.stream,
-                                             &bad_tensor);
+        const unsigned not_written = list[i]->outputs_not_written[pass];
+        struct verify_result v = pool_verify(&pl, &p, list[i]->launch[pass], not_written,
+                                             run->timer.stream, &bad_tensor);
         row->checked = 1;
         row->verified = v.ok;
         row->max_abs_err = v.max_abs_err;
         row->rel_err = v.norm_rel_err;
         if (v.ok && v.n_checked < v.n_total)
             row->verdict = "ok, sampled"; /* the reference computed only part of the output */
+        if (v.ok && not_written)
+            row->verdict = "ok, partial"; /* outputs the rung does not write, unchecked */
         if (!v.ok && list[i]->shown_for_error) {
             row->verdict = list[i]->shown_for_error;
         } else if (!v.ok) {
@@ -423,7 +426,7 @@ int ladder_check(const struct chapter *ch, const struct rung *r, int pass, enum 
         return 2;
     }
     int bad_tensor;
-    *res = pool_verify(&pl, &p, r->launch[pass], 0, &bad_tensor);
+    *res = pool_verify(&pl, &p, r->launch[pass], r->outputs_not_written[pass], 0, &bad_tensor);
     pool_destroy(&pl);
     problem_free(&p);
     return res->ok ? 0 : 1;

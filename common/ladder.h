@@ -4,7 +4,8 @@
  * gives three host functions: describe (the tensors a problem of a given shape reads and
  * writes, and the bytes and FLOPs it must move), fill (random inputs) and reference (the CPU
  * answer, in double). Everything else, from flags to the CSV, is the harness's, the same for
- * every chapter. A rung is a launcher per pass; it must write every output element itself. */
+ * every chapter. A rung is a launcher per pass; it must write every output element itself,
+ * except for outputs it declares it does not write (a vendor library's, never a rung's). */
 #ifndef KL_LADDER_H
 #define KL_LADDER_H
 
@@ -22,7 +23,7 @@
 extern "C" {
 #endif
 
-#define KL_MAX_TENSORS 6
+#define KL_MAX_TENSORS 4
 #define KL_MAX_DIMS 8
 #define KL_MAX_PARAMS 8
 #define KL_MAX_PASSES 4
@@ -87,6 +88,14 @@ struct rung {
     /* Optional: a rung shown for its error (fp16 accumulation, say). Its rows say this text
      * instead of FAIL when it misses the tolerance, and do not fail the run; verified is 0. */
     const char *shown_for_error;
+    /* Optional, per pass: a mask (1u << i) of outputs the rung does not write, such as the
+     * argmax cuDNN's pooling does not keep. They are not verified; the row says "ok, partial".
+     * Zero unless given (C++ rung tables may leave it out: the same layout, a default). */
+#ifdef __cplusplus
+    unsigned outputs_not_written[KL_MAX_PASSES] = {};
+#else
+    unsigned outputs_not_written[KL_MAX_PASSES];
+#endif
 };
 
 struct preset {

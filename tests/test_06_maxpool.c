@@ -142,6 +142,40 @@ Test(maxpool_reference, reads_fp16_as_stored)
     cr_expect_eq(y[0], (double)half_to_float(half_from_float(0.3333f)));
 }
 
+/* The packed argmax: 2 bits an output up to 4 window positions, 4 up to 16, 8 beyond, output
+ * o at bit (o % per_byte) bits of byte o / per_byte, and the last byte's spare bits 0. */
+Test(maxpool_reference, argmax_packs_in_as_few_bits_as_the_window_needs)
+{
+    cr_expect_eq(dims(1, 1, 4, 4, 1, 1, 0).argmax_bits, 2);
+    cr_expect_eq(dims(1, 1, 4, 4, 2, 2, 0).argmax_bits, 2);
+    cr_expect_eq(dims(1, 1, 9, 9, 3, 2, 1).argmax_bits, 4);
+    cr_expect_eq(dims(1, 1, 9, 9, 4, 4, 0).argmax_bits, 4);
+    cr_expect_eq(dims(1, 1, 9, 9, 5, 5, 0).argmax_bits, 8);
+
+    const struct maxpool_dims two = dims(1, 1, 2, 10, 2, 2, 0); /* 5 outputs: 2 bytes */
+    const uint8_t positions2[] = {1, 3, 0, 2, 3};
+    uint8_t packed[4] = {0xaa, 0xaa, 0xaa, 0xaa};
+    cr_assert_eq(maxpool_argmax_bytes(two), 2);
+    maxpool_pack_argmax(positions2, two, packed);
+    cr_expect_eq(packed[0], 1 | 3 << 2 | 0 << 4 | 2 << 6, "byte 0 is 0x%02x", packed[0]);
+    cr_expect_eq(packed[1], 3, "byte 1 is 0x%02x", packed[1]);
+    cr_expect_eq(packed[2], 0xaa, "no byte past the argmax is written");
+
+    const struct maxpool_dims four = dims(1, 1, 3, 9, 3, 3, 0); /* 3 outputs: 2 bytes */
+    const uint8_t positions4[] = {8, 5, 7};
+    cr_assert_eq(maxpool_argmax_bytes(four), 2);
+    maxpool_pack_argmax(positions4, four, packed);
+    cr_expect_eq(packed[0], 8 | 5 << 4, "byte 0 is 0x%02x", packed[0]);
+    cr_expect_eq(packed[1], 7, "byte 1 is 0x%02x", packed[1]);
+
+    const struct maxpool_dims eight = dims(1, 1, 5, 10, 5, 5, 0); /* 2 outputs */
+    const uint8_t positions8[] = {24, 13};
+    cr_assert_eq(maxpool_argmax_bytes(eight), 2);
+    maxpool_pack_argmax(positions8, eight, packed);
+    cr_expect_eq(packed[0], 24);
+    cr_expect_eq(packed[1], 13);
+}
+
 /* ---- shapes ---- */
 
 static int shape_refused(const char *text, const char *reason)
@@ -247,8 +281,7 @@ static void fwd_v1(const struct launch_args *a, cudaStream_t s)
                                  shape_param(sh, 's', k), shape_param(sh, 'p', 0), &d, why,
                                  sizeof why),
                  0);
-    maxpool_forward_v1(a->in[0], a->out[0], (int32_t *)a->out[1], (uint8_t *)a->out[2], d,
-                       a->p->dtype, s);
+    maxpool_forward_v1(a->in[0], a->out[0], (uint8_t *)a->out[1], d, a->p->dtype, s);
 }
 
 Test(maxpool_exercise, checker_fails_the_stub)

@@ -2,7 +2,7 @@
  *
  * Shapes are NxCxHxW-kKsSpP: x of N x C x H x W (NCHW), a K x K window, stride S (default K)
  * and padding P (default 0), e.g. 8x64x128x128-k2s2p0. Passes:
- *   fwd  reads x; writes y and the argmax in both forms (maxpool.h): plane and window index
+ *   fwd  reads x; writes y and the packed argmax (maxpool.h)
  *   bwd  reads dy and the argmax (the vendor: x, y and dy instead); writes dx
  * The backward's inputs come from the reference forward of random x, so every backward rung
  * starts from the same, correct argmax. */
@@ -12,7 +12,8 @@
 #include "maxpool.h"
 
 enum { FWD, BWD };
-enum { BWD_DY, BWD_PLANE, BWD_WINDOW, BWD_X, BWD_Y }; /* the backward's inputs */
+enum { FWD_Y, FWD_ARGMAX };            /* the forward's outputs */
+enum { BWD_DY, BWD_ARGMAX, BWD_X, BWD_Y }; /* the backward's inputs */
 
 static struct maxpool_dims dims_of(const struct shape *s)
 {
@@ -28,23 +29,22 @@ static struct maxpool_dims dims_of(const struct shape *s)
 #define ADAPT(v)                                                                               \
     static void fwd_##v(const struct launch_args *a, cudaStream_t s)                           \
     {                                                                                          \
-        maxpool_forward_##v(a->in[0], a->out[0], (int32_t *)a->out[1], (uint8_t *)a->out[2],   \
+        maxpool_forward_##v(a->in[0], a->out[FWD_Y], (uint8_t *)a->out[FWD_ARGMAX],            \
                             dims_of(&a->p->shape), a->p->dtype, s);                            \
     }                                                                                          \
     static void bwd_##v(const struct launch_args *a, cudaStream_t s)                           \
     {                                                                                          \
-        maxpool_backward_##v(a->in[BWD_DY], (const int32_t *)a->in[BWD_PLANE],                 \
-                             (const uint8_t *)a->in[BWD_WINDOW], a->out[0],                    \
+        maxpool_backward_##v(a->in[BWD_DY], (const uint8_t *)a->in[BWD_ARGMAX], a->out[0],     \
                              dims_of(&a->p->shape), a->p->dtype, s);                           \
     }
 ADAPT(v1)
 ADAPT(v2)
 ADAPT(v3)
 
+/* cuDNN writes y alone: the rung table marks the argmax as not written. */
 static void fwd_vendor(const struct launch_args *a, cudaStream_t s)
 {
-    maxpool_forward_vendor(a->in[0], a->out[0], (int32_t *)a->out[1], (uint8_t *)a->out[2],
-                           dims_of(&a->p->shape), a->p->dtype, s);
+    maxpool_forward_vendor(a->in[0], a->out[FWD_Y], dims_of(&a->p->shape), a->p->dtype, s);
 }
 
 static void bwd_vendor(const struct launch_args *a, cudaStream_t s)
@@ -53,13 +53,10 @@ static void bwd_vendor(const struct launch_args *a, cudaStream_t s)
                             dims_of(&a->p->shape), a->p->dtype, s);
 }
 
-/* The exercise writes y and the plane index; the window index follows from the plane index. */
 static void fwd_exercise(const struct launch_args *a, cudaStream_t s)
 {
-    const struct maxpool_dims d = dims_of(&a->p->shape);
-    maxpool_forward_exercise((const float *)a->in[0], (float *)a->out[0], (int32_t *)a->out[1],
-                             d, s);
-    maxpool_plane_to_window((const int32_t *)a->out[1], (uint8_t *)a->out[2], d, s);
+    maxpool_forward_exercise((const float *)a->in[0], (float *)a->out[FWD_Y],
+                             (uint8_t *)a->out[FWD_ARGMAX], dims_of(&a->p->shape), s);
 }
 
 /* cuDNN takes int dimensions. */
@@ -72,17 +69,17 @@ static const char *vendor_unsupported(const struct problem *p)
     return p->in[0].count > 0x7fffffff ? "cuDNN tensors hold fewer than 2^31 elements" : NULL;
 }
 
-#define RUNG(n, v, what, why_not)                                                              \
+#define RUNG(n, v, what, why_not, fwd_not_written)                                             \
     {.name = n, .idea = what, .launch = {fwd_##v, bwd_##v}, .dtypes = DT_FLOATS, .min_cc = 0,   \
-     .unsupported = why_not, .shown_for_error = NULL}
+     .unsupported = why_not, .shown_for_error = NULL,                                          \
+     .outputs_not_written = {fwd_not_written, 0}}
 static const struct rung rungs[] = {
-    RUNG("v1_naive", v1, "a thread per output; backward scatters with atomics", NULL),
-    RUNG("v2_coalesced", v2, "rows of outputs, 2x2 vectorised; backward gathers (1-byte index)",
-         NULL),
+    RUNG("v1_naive", v1, "a thread per output; backward scatters with atomics", NULL, 0),
+    RUNG("v2_coalesced", v2, "rows of outputs, 2x2 vectorised; backward gathers", NULL, 0),
     RUNG("v3_vector_gather", v3, "backward: several inputs a thread, wide stores, no atomics",
-         NULL),
-    RUNG("vendor", vendor, "cuDNN cudnnPoolingForward/Backward, max, deterministic",
-         vendor_unsupported),
+         NULL, 0),
+    RUNG("vendor", vendor, "cuDNN cudnnPoolingForward/Backward, max, deterministic (no argmax)",
+         vendor_unsupported, 1u << FWD_ARGMAX),
 };
 
 static const struct rung exercise = {
@@ -136,29 +133,28 @@ static void describe(struct problem *p)
 {
     const struct maxpool_dims d = dims_of(&p->shape);
     const size_t in = (size_t)(d.n * d.c * d.h * d.w), out = (size_t)(d.n * d.c * d.oh * d.ow);
+    const size_t argmax = (size_t)maxpool_argmax_bytes(d);
     const enum dtype t = p->dtype;
     const double es = (double)dtype_size(t);
     if (p->pass == FWD) {
         p->n_in = 1;
         p->in[0] = tensor_of("x", t, in);
-        p->n_out = 3;
-        p->out[0] = tensor_of("y", t, out);
-        p->out[1] = tensor_of("plane index", DT_I32, out);
-        p->out[2] = tensor_of("window index", DT_U8, out);
-        /* The fewest: x once, y once, a 1-byte index per output. */
-        p->bytes = (double)in * es + (double)out * (es + 1);
+        p->n_out = 2;
+        p->out[FWD_Y] = tensor_of("y", t, out);
+        p->out[FWD_ARGMAX] = tensor_of("argmax", DT_U8, argmax);
+        /* The fewest: x once, y once, the packed argmax. */
+        p->bytes = (double)in * es + (double)out * es + (double)argmax;
         p->reduction_len = 1;
     } else {
-        p->n_in = 5;
+        p->n_in = 4;
         p->in[BWD_DY] = tensor_of("dy", t, out);
-        p->in[BWD_PLANE] = tensor_of("plane index", DT_I32, out);
-        p->in[BWD_WINDOW] = tensor_of("window index", DT_U8, out);
+        p->in[BWD_ARGMAX] = tensor_of("argmax", DT_U8, argmax);
         p->in[BWD_X] = tensor_of("x", t, in);
         p->in[BWD_Y] = tensor_of("y", t, out);
         p->n_out = 1;
         p->out[0] = tensor_of("dx", t, in);
-        /* The fewest: dy and a 1-byte index per output, dx once. */
-        p->bytes = (double)out * (es + 1) + (double)in * es;
+        /* The fewest: dy and the argmax, dx once. */
+        p->bytes = (double)out * es + (double)argmax + (double)in * es;
         /* Overlapping windows add up to ceil(K / S)^2 terms into one dx. */
         const int64_t cover = (d.kh + d.s - 1) / d.s;
         p->reduction_len = (size_t)(cover * cover);
@@ -179,36 +175,41 @@ static void fill(struct problem *p, struct rng *r)
     fill_uniform(p->host_in[BWD_DY], p->dtype, p->in[BWD_DY].count, r, -1.0, 1.0);
     const size_t out = p->in[BWD_Y].count;
     double *y = (double *)host_alloc(out * sizeof *y);
-    maxpool_forward_reference(p->host_in[BWD_X], p->dtype, d, y,
-                              (int32_t *)p->host_in[BWD_PLANE],
-                              (uint8_t *)p->host_in[BWD_WINDOW]);
+    uint8_t *window = (uint8_t *)host_alloc(out);
+    maxpool_forward_reference(p->host_in[BWD_X], p->dtype, d, y, NULL, window);
+    maxpool_pack_argmax(window, d, (uint8_t *)p->host_in[BWD_ARGMAX]);
     for (size_t o = 0; o < out; o++)
         store_from_double(p->host_in[BWD_Y], p->dtype, o, y[o]);
     free(y);
+    free(window);
 }
 
 static void reference(struct problem *p)
 {
     const struct maxpool_dims d = dims_of(&p->shape);
     if (p->pass == FWD) {
-        const size_t out = p->out[0].count;
-        int32_t *plane = (int32_t *)host_alloc(out * sizeof *plane);
-        uint8_t *window = (uint8_t *)host_alloc(out);
-        maxpool_forward_reference(p->host_in[0], p->dtype, d, p->ref_out[0], plane, window);
-        for (size_t o = 0; o < out; o++) {
-            p->ref_out[1][o] = plane[o];
-            p->ref_out[2][o] = window[o];
-        }
-        free(plane);
+        const size_t out = p->out[FWD_Y].count, bytes = p->out[FWD_ARGMAX].count;
+        uint8_t *window = (uint8_t *)host_alloc(out), *packed = (uint8_t *)host_alloc(bytes);
+        maxpool_forward_reference(p->host_in[0], p->dtype, d, p->ref_out[FWD_Y], NULL, window);
+        maxpool_pack_argmax(window, d, packed);
+        for (size_t b = 0; b < bytes; b++)
+            p->ref_out[FWD_ARGMAX][b] = packed[b];
         free(window);
+        free(packed);
         return;
     }
+    /* The backward's reference scatters through plane indices found again from x: it shares
+     * nothing with the packed argmax the rungs read but the forward reference. */
     const size_t out = p->in[BWD_DY].count;
-    double *dy = (double *)host_alloc(out * sizeof *dy);
+    double *dy = (double *)host_alloc(out * sizeof *dy), *y = (double *)host_alloc(out * sizeof *y);
+    int32_t *plane = (int32_t *)host_alloc(out * sizeof *plane);
     for (size_t o = 0; o < out; o++)
         dy[o] = load_as_double(p->host_in[BWD_DY], p->dtype, o);
-    maxpool_backward_reference(dy, (const int32_t *)p->host_in[BWD_PLANE], d, p->ref_out[0]);
+    maxpool_forward_reference(p->host_in[BWD_X], p->dtype, d, y, plane, NULL);
+    maxpool_backward_reference(dy, plane, d, p->ref_out[0]);
     free(dy);
+    free(y);
+    free(plane);
 }
 
 extern "C" const struct chapter maxpool_chapter = {

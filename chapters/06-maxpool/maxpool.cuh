@@ -1,14 +1,11 @@
-/* What the max-pooling rungs share: the window scan that defines the argmax, the two forms of
- * the saved argmax, index splitting, grid sizing and the dtype dispatch of the launchers.
+/* What the max-pooling rungs share: the window scan that defines the argmax, the packed argmax
+ * (stored by a warp, read by anyone), index splitting, grid sizing and the dtype dispatch of
+ * the launchers.
  *
  * Comparisons are made in fp32 whatever the storage type (fp16 widens exactly), and y is the
  * chosen element itself, copied in its own type: pooling rounds nothing. Window positions
  * (r, q), r < KH and q < KW, fit an int (a window holds at most 255 positions); every other
- * index is 64-bit.
- *
- * maxpool_plane_to_window, the conversion kernel that maxpool.h declares, lives in
- * v1_naive.cu: an extern "C" function may be defined in one file only. Its per-output
- * arithmetic is maxpool_window_from_plane below. */
+ * index is 64-bit. */
 #ifndef MAXPOOL_CUH
 #define MAXPOOL_CUH
 
@@ -70,16 +67,50 @@ __device__ __forceinline__ maxpool_pick<T> maxpool_window_argmax(const T *__rest
     return best;
 }
 
-/* The two forms of the saved argmax (maxpool.h): h W + w in the plane, r KW + q in the window. */
-__device__ __forceinline__ int32_t maxpool_plane_index(const maxpool_dims &d, int64_t i,
-                                                       int64_t j, int r, int q)
+/* The winner's position inside its window: what the argmax stores. */
+__device__ __forceinline__ int maxpool_window_position(const maxpool_dims &d, int r, int q)
 {
-    return (int32_t)((maxpool_window_top(d, i) + r) * d.w + maxpool_window_left(d, j) + q);
+    return r * (int)d.kw + q;
 }
 
-__device__ __forceinline__ uint8_t maxpool_window_index(const maxpool_dims &d, int r, int q)
+/* The packed argmax (maxpool.h): output o's field is bits wide, at bit (o % per_byte) bits of
+ * byte o / per_byte, per_byte = 8 / bits = 2^slots_log2 (shifts, not 64-bit divisions). */
+__device__ __forceinline__ int maxpool_slots_log2(int bits)
 {
-    return (uint8_t)(r * (int)d.kw + q);
+    return bits == 2 ? 2 : bits == 4 ? 1 : 0;
+}
+
+__device__ __forceinline__ int maxpool_load_argmax(const uint8_t *__restrict__ argmax,
+                                                   const maxpool_dims &d, int64_t o)
+{
+    const int slots_log2 = maxpool_slots_log2(d.argmax_bits);
+    const int slot = (int)(o & ((1 << slots_log2) - 1));
+    return (argmax[o >> slots_log2] >> (slot * d.argmax_bits)) & ((1 << d.argmax_bits) - 1);
+}
+
+/* Stores the argmax of a thread-per-output kernel, where lane L of a warp owns output
+ * o = first + L, first a multiple of 32: all 32 lanes call it together (the kernel's loop runs
+ * whole warps; lanes past the last output pass valid = false). The 1, 2 or 4 lanes whose
+ * fields share a byte OR them together with shuffles, and the first of them stores the byte:
+ * no atomics, and every byte is written whole, once. */
+__device__ __forceinline__ void maxpool_store_argmax_by_warp(uint8_t *__restrict__ argmax,
+                                                             const maxpool_dims &d, int64_t o,
+                                                             bool valid, int position)
+{
+    const int slots_log2 = maxpool_slots_log2(d.argmax_bits);
+    const int slot = (int)(o & ((1 << slots_log2) - 1));
+    unsigned field = valid ? (unsigned)position << (slot * d.argmax_bits) : 0u;
+    for (int lanes = 1; lanes < 1 << slots_log2; lanes *= 2)
+        field |= __shfl_xor_sync(0xffffffffu, field, lanes);
+    if (valid && slot == 0)
+        argmax[o >> slots_log2] = (uint8_t)field;
+}
+
+/* The first output of this thread's warp, for loops that run whole warps over outputs: a
+ * multiple of 32 (blocks of a multiple of 32 threads), so that lane L owns first + L. */
+__device__ __forceinline__ int64_t maxpool_warp_first_output()
+{
+    return (int64_t)blockIdx.x * blockDim.x + (threadIdx.x & ~31u);
 }
 
 /* quotient = a / b and rest = a % b, for a >= 0 and b > 0. A 64-bit division is a software
@@ -98,18 +129,6 @@ __device__ __forceinline__ void maxpool_divmod(int64_t a, int64_t b, int64_t &qu
     }
 }
 
-/* Window position of a plane index chosen by window (i, j): the plane position less the
- * window's corner. */
-__device__ __forceinline__ uint8_t maxpool_window_from_plane(const maxpool_dims &d,
-                                                             int32_t plane_index, int64_t i,
-                                                             int64_t j)
-{
-    int64_t hh, ww;
-    maxpool_divmod(plane_index, d.w, hh, ww);
-    return maxpool_window_index(d, (int)(hh - maxpool_window_top(d, i)),
-                                (int)(ww - maxpool_window_left(d, j)));
-}
-
 /* Windows never overlap when the stride is at least the window: each input then lies in at
  * most one window, and the backward is a gather with one candidate per input. */
 static inline bool maxpool_disjoint_windows(const maxpool_dims &d)
@@ -126,32 +145,29 @@ static inline unsigned maxpool_blocks(int64_t items, int threads)
 }
 
 /* The extern "C" launchers of maxpool.h, from a file's templates
- *   template <typename T> static void forward(const T *x, T *y, int32_t *plane_idx,
- *                                             uint8_t *window_idx, maxpool_dims d, cudaStream_t s)
- *   template <typename T> static void backward(const T *dy, const int32_t *plane_idx,
- *                                              const uint8_t *window_idx, T *dx, maxpool_dims d,
- *                                              cudaStream_t s)
+ *   template <typename T> static void forward(const T *x, T *y, uint8_t *argmax,
+ *                                             maxpool_dims d, cudaStream_t s)
+ *   template <typename T> static void backward(const T *dy, const uint8_t *argmax, T *dx,
+ *                                              maxpool_dims d, cudaStream_t s)
  * instantiated for fp32 and fp16. */
 #define MAXPOOL_FORWARD_LAUNCHER(v)                                                            \
-    extern "C" void maxpool_forward_##v(const void *x, void *y, int32_t *plane_idx,            \
-                                        uint8_t *window_idx, struct maxpool_dims d,            \
-                                        enum dtype t, cudaStream_t s)                          \
+    extern "C" void maxpool_forward_##v(const void *x, void *y, uint8_t *argmax,               \
+                                        struct maxpool_dims d, enum dtype t, cudaStream_t s)   \
     {                                                                                          \
         if (t == DT_FP32)                                                                      \
-            forward((const float *)x, (float *)y, plane_idx, window_idx, d, s);                \
+            forward((const float *)x, (float *)y, argmax, d, s);                               \
         else                                                                                   \
-            forward((const __half *)x, (__half *)y, plane_idx, window_idx, d, s);              \
+            forward((const __half *)x, (__half *)y, argmax, d, s);                             \
     }
 
 #define MAXPOOL_BACKWARD_LAUNCHER(v)                                                           \
-    extern "C" void maxpool_backward_##v(const void *dy, const int32_t *plane_idx,             \
-                                         const uint8_t *window_idx, void *dx,                  \
+    extern "C" void maxpool_backward_##v(const void *dy, const uint8_t *argmax, void *dx,      \
                                          struct maxpool_dims d, enum dtype t, cudaStream_t s)  \
     {                                                                                          \
         if (t == DT_FP32)                                                                      \
-            backward((const float *)dy, plane_idx, window_idx, (float *)dx, d, s);             \
+            backward((const float *)dy, argmax, (float *)dx, d, s);                            \
         else                                                                                   \
-            backward((const __half *)dy, plane_idx, window_idx, (__half *)dx, d, s);           \
+            backward((const __half *)dy, argmax, (__half *)dx, d, s);                          \
     }
 
 #endif

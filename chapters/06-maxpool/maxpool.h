@@ -9,16 +9,14 @@
  * window order; a NaN in the window wins (the first NaN), so NaN propagates to y and its
  * gradient goes to the NaN's position.
  *
- * The saved argmax comes in two forms, and each rung says which it reads or writes:
- *  - "plane index" (int32): h W + w, the position in the (n, c) plane of x. Four bytes an
- *    output, as frameworks keep it (PyTorch: eight).
- *  - "window index" (uint8): r KW + q, the position inside the window. One byte an output,
- *    enough for windows of up to 255 elements (MAXPOOL_MAX_WINDOW: 0xff, the harness's poison
- *    for unwritten outputs, is never a valid index).
- * The forward pass writes y and both forms (a rung that computes only one leaves the other to
- * a cheap conversion kernel that the forward rungs share, maxpool_plane_to_window, so that
- * every rung's outputs can be checked); the backward pass reads dy and one form, and the vendor
- * reads x, y and dy instead, as cuDNN does. */
+ * The saved argmax is the winner's position inside its window, r KW + q, packed in as few bits
+ * as the window needs (maxpool_argmax_bits): 2 bits for windows of up to 4 positions (2x2), 4
+ * for up to 16 (3x3, 4x4), 8 beyond, up to 255 positions (MAXPOOL_MAX_WINDOW). Output o's field
+ * lies at bit (o % per_byte) bits of byte o / per_byte, per_byte = 8 / bits, counting outputs
+ * in NCHW order; the unused high bits of the last byte are 0. At 2x2 that is a quarter of a
+ * byte an output, against the 4-byte plane index (h W + w) frameworks keep (PyTorch: 8).
+ * The forward writes y and the packed argmax; the backward reads dy and the argmax, and the
+ * vendor reads x, y and dy instead, as cuDNN does. */
 #ifndef MAXPOOL_H
 #define MAXPOOL_H
 
@@ -36,17 +34,29 @@ struct maxpool_dims {
     int64_t n, c, h, w;   /* x */
     int64_t kh, kw, s, p; /* window, stride, padding (the same along both axes) */
     int64_t oh, ow;       /* y */
+    int argmax_bits;      /* 2, 4 or 8: bits of one packed argmax */
 };
 
-/* Forward: x -> y, plane_idx (int32) and window_idx (uint8), each n c oh ow elements. */
+/* Bits of a packed argmax for windows of `positions` positions. */
+static inline int maxpool_argmax_bits(int64_t positions)
+{
+    return positions <= 4 ? 2 : positions <= 16 ? 4 : 8;
+}
+
+/* Bytes of the packed argmax of all n c oh ow outputs. */
+static inline int64_t maxpool_argmax_bytes(struct maxpool_dims d)
+{
+    return (d.n * d.c * d.oh * d.ow * d.argmax_bits + 7) / 8;
+}
+
+/* Forward: x -> y (n c oh ow elements) and the packed argmax (maxpool_argmax_bytes). */
 #define MAXPOOL_FORWARD(v)                                                                     \
-    void maxpool_forward_##v(const void *x, void *y, int32_t *plane_idx, uint8_t *window_idx,  \
-                             struct maxpool_dims d, enum dtype t, cudaStream_t s);
-/* Backward: dy and the argmax -> dx (n c h w elements, every one written). */
+    void maxpool_forward_##v(const void *x, void *y, uint8_t *argmax, struct maxpool_dims d,   \
+                             enum dtype t, cudaStream_t s);
+/* Backward: dy and the packed argmax -> dx (n c h w elements, every one written). */
 #define MAXPOOL_BACKWARD(v)                                                                    \
-    void maxpool_backward_##v(const void *dy, const int32_t *plane_idx,                        \
-                              const uint8_t *window_idx, void *dx, struct maxpool_dims d,      \
-                              enum dtype t, cudaStream_t s);
+    void maxpool_backward_##v(const void *dy, const uint8_t *argmax, void *dx,                 \
+                              struct maxpool_dims d, enum dtype t, cudaStream_t s);
 MAXPOOL_FORWARD(v1)
 MAXPOOL_FORWARD(v2)
 MAXPOOL_FORWARD(v3) /* v2's forward */
@@ -56,24 +66,23 @@ MAXPOOL_BACKWARD(v3)
 #undef MAXPOOL_FORWARD
 #undef MAXPOOL_BACKWARD
 
-/* The vendor: cuDNN's max pooling (deterministic). Its backward reads x, y and dy. */
-void maxpool_forward_vendor(const void *x, void *y, int32_t *plane_idx, uint8_t *window_idx,
-                            struct maxpool_dims d, enum dtype t, cudaStream_t s);
+/* The vendor: cuDNN's max pooling (deterministic). Its forward writes y alone (cuDNN keeps no
+ * argmax); its backward reads x, y and dy. */
+void maxpool_forward_vendor(const void *x, void *y, struct maxpool_dims d, enum dtype t,
+                            cudaStream_t s);
 void maxpool_backward_vendor(const void *x, const void *y, const void *dy, void *dx,
                              struct maxpool_dims d, enum dtype t, cudaStream_t s);
 
-/* window_idx from plane_idx, for forward rungs that compute only the plane index. */
-void maxpool_plane_to_window(const int32_t *plane_idx, uint8_t *window_idx,
-                             struct maxpool_dims d, cudaStream_t s);
-
-/* The classroom kernel (exercise.cu): the forward in fp32, y and the plane index (main.cu
- * derives the window index from it). */
-void maxpool_forward_exercise(const float *x, float *y, int32_t *plane_idx,
-                              struct maxpool_dims d, cudaStream_t s);
+/* The classroom kernel (exercise.cu): the forward in fp32. */
+void maxpool_forward_exercise(const float *x, float *y, uint8_t *argmax, struct maxpool_dims d,
+                              cudaStream_t s);
 
 /* The CPU reference (reference.c), reading x through load_as_double. */
 void maxpool_forward_reference(const void *x, enum dtype t, struct maxpool_dims d, double *y,
                                int32_t *plane_idx, uint8_t *window_idx);
+/* The window positions (one byte an output, as the reference writes them) packed as the
+ * forward stores them: maxpool_argmax_bytes(d) bytes. */
+void maxpool_pack_argmax(const uint8_t *window_idx, struct maxpool_dims d, uint8_t *packed);
 /* dx from dy (as doubles) and plane indices: a scatter, in output order. */
 void maxpool_backward_reference(const double *dy, const int32_t *plane_idx,
                                 struct maxpool_dims d, double *dx);

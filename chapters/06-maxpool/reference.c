@@ -50,6 +50,7 @@ int maxpool_dims_of(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int6
     d->kh = kh, d->kw = kw, d->s = s, d->p = p;
     d->oh = (h + 2 * p - kh) / s + 1;
     d->ow = (w + 2 * p - kw) / s + 1;
+    d->argmax_bits = maxpool_argmax_bits(kh * kw);
     return 0;
 }
 
@@ -89,6 +90,15 @@ void maxpool_forward_reference(const void *x, enum dtype t, struct maxpool_dims 
                     window_idx[o] = (uint8_t)window_at;
             }
     }
+}
+
+void maxpool_pack_argmax(const uint8_t *window_idx, struct maxpool_dims d, uint8_t *packed)
+{
+    const int64_t outputs = d.n * d.c * d.oh * d.ow, per_byte = 8 / d.argmax_bits;
+    for (int64_t b = 0; b < maxpool_argmax_bytes(d); b++)
+        packed[b] = 0;
+    for (int64_t o = 0; o < outputs; o++)
+        packed[o / per_byte] |= (uint8_t)(window_idx[o] << (o % per_byte * d.argmax_bits));
 }
 
 void maxpool_backward_reference(const double *dy, const int32_t *plane_idx,

@@ -5,24 +5,23 @@
  * neighbouring inputs in fp32 or 8 in fp16. They share their row h, so the window row
  * i = (h + P) / S and the position r inside it are found once; along the row, window column j
  * and position q advance by counting (q + 1, and j + 1 when q reaches S), with no division. The
- * thread loads each window index it meets once (at 2x2 stride 2: 2 for 4 fp32 inputs, 4 for 8
- * fp16 ones) and dy only where the index points at one of its inputs, then writes its 16 bytes
- * with one store.
+ * thread reads the argmax of each window it meets once (at 2x2 stride 2: 2 for 4 fp32 inputs,
+ * 4 for 8 fp16 ones) and dy only where the argmax points at one of its inputs, then writes its
+ * 16 bytes with one store.
  * Idea, overlapping windows: a gather too. Input (h, w) lies in windows i = ceil((h + P - KH +
  * 1) / S) .. (h + P) / S (within 0 .. OH - 1), and likewise j: at most ceil(KH / S) ceil(KW / S)
  * of them, 4 for the 3x3 stride-2 stem. The thread visits them in a fixed order, adds the dy of
- * those whose window index names it in fp32, and writes dx once, rounded once.
- * What changed from v2: 16-byte stores and one index load per window instead of one per input
+ * those whose argmax names it in fp32, and writes dx once, rounded once.
+ * What changed from v2: 16-byte stores and one argmax read per window instead of one per input
  * on the disjoint path; the atomic scatter (a memset, then read-modify-writes in the L2) is
  * gone from the overlapping path. The forward is v2's.
- * Expected: the same bytes as v2 on disjoint windows (dy and 1 byte per output read, dx written
- * once) in a quarter to an eighth of the store instructions: at the roof, where v2 was near it
+ * Expected: the same bytes as v2 on disjoint windows (dy and the argmax read, dx written once) in a quarter to an eighth of the store instructions: at the roof, where v2 was near it
  * already; the most for fp16. On overlapping windows, dx is written once instead of twice, the
  * result is the same bits on every run, and fp16 sums take one rounding instead of one per
  * atomic.
  * Limits: the overlapping path is one thread per input with scalar accesses, and reads each
- * window index once for every input of its window (L1 hits: the reads of a warp fall in a few
- * rows of the index). */
+ * window's argmax once for every input of its window (L1 hits: the reads of a warp fall in a few
+ * rows of the argmax). */
 #include "maxpool.cuh"
 
 #define THREADS 256
@@ -32,7 +31,7 @@
  * W % V == 0, so every group is whole and aligned). */
 template <typename T>
 __global__ void maxpool_backward_gather_vector(const T *__restrict__ dy,
-                                               const uint8_t *__restrict__ window_idx,
+                                               const uint8_t *__restrict__ argmax,
                                                T *__restrict__ dx, maxpool_dims d, bool vec)
 {
     using pack = pack16<T>;
@@ -52,16 +51,16 @@ __global__ void maxpool_backward_gather_vector(const T *__restrict__ dy,
         g.raw = make_uint4(0, 0, 0, 0); /* all-zero bits are +0 in fp32 and fp16 alike */
         if (i < d.oh && r < d.kh) { /* else row h lies in no window: all zeros */
             const int64_t out_row = (plane * d.oh + i) * d.ow;
-            const int row_position = (int)r * (int)d.kw;
+            const int row_position = maxpool_window_position(d, (int)r, 0);
             int64_t j, q;
             maxpool_divmod(w0 + d.p, d.s, j, q);
             int64_t loaded_j = -1;
-            uint8_t chosen = 0;
+            int chosen = 0;
 #pragma unroll
             for (int e = 0; e < V; e++) {
                 if (e < count && j < d.ow && q < d.kw) {
                     if (j != loaded_j) {
-                        chosen = window_idx[out_row + j];
+                        chosen = maxpool_load_argmax(argmax, d, out_row + j);
                         loaded_j = j;
                     }
                     if (chosen == row_position + q)
@@ -107,7 +106,7 @@ __device__ __forceinline__ void windows_holding(int64_t x, int64_t k, int64_t s,
  * holds it and chose it. */
 template <typename T>
 __global__ void maxpool_backward_gather_overlap(const T *__restrict__ dy,
-                                                const uint8_t *__restrict__ window_idx,
+                                                const uint8_t *__restrict__ argmax,
                                                 T *__restrict__ dx, maxpool_dims d)
 {
     const int64_t inputs = d.n * d.c * d.h * d.w;
@@ -124,7 +123,8 @@ __global__ void maxpool_backward_gather_overlap(const T *__restrict__ dy,
             const int r = (int)(hh - maxpool_window_top(d, i));
             for (int64_t j = j0; j <= j1; j++) {
                 const int q = (int)(ww - maxpool_window_left(d, j));
-                if (window_idx[out_row + j] == maxpool_window_index(d, r, q))
+                const int chosen = maxpool_load_argmax(argmax, d, out_row + j);
+                if (chosen == maxpool_window_position(d, r, q))
                     sum += to_float(dy[out_row + j]);
             }
         }
@@ -133,7 +133,7 @@ __global__ void maxpool_backward_gather_overlap(const T *__restrict__ dy,
 }
 
 template <typename T>
-static void backward_disjoint(const T *dy, const uint8_t *window_idx, T *dx, maxpool_dims d,
+static void backward_disjoint(const T *dy, const uint8_t *argmax, T *dx, maxpool_dims d,
                               cudaStream_t s)
 {
     constexpr int V = pack16<T>::width;
@@ -141,37 +141,34 @@ static void backward_disjoint(const T *dy, const uint8_t *window_idx, T *dx, max
     const int64_t groups = d.n * d.c * d.h * ((d.w + V - 1) / V);
     const int blocks = grid_to_fill_gpu((const void *)maxpool_backward_gather_vector<T>, THREADS,
                                         maxpool_blocks(groups, THREADS));
-    maxpool_backward_gather_vector<<<blocks, THREADS, 0, s>>>(dy, window_idx, dx, d, vec);
+    maxpool_backward_gather_vector<<<blocks, THREADS, 0, s>>>(dy, argmax, dx, d, vec);
     LAUNCH_CHECK();
 }
 
 template <typename T>
-static void backward_overlapping(const T *dy, const uint8_t *window_idx, T *dx, maxpool_dims d,
+static void backward_overlapping(const T *dy, const uint8_t *argmax, T *dx, maxpool_dims d,
                                  cudaStream_t s)
 {
     const int blocks = grid_to_fill_gpu((const void *)maxpool_backward_gather_overlap<T>,
                                         THREADS, maxpool_blocks(d.n * d.c * d.h * d.w, THREADS));
-    maxpool_backward_gather_overlap<<<blocks, THREADS, 0, s>>>(dy, window_idx, dx, d);
+    maxpool_backward_gather_overlap<<<blocks, THREADS, 0, s>>>(dy, argmax, dx, d);
     LAUNCH_CHECK();
 }
 
 template <typename T>
-static void backward(const T *dy, const int32_t *plane_idx, const uint8_t *window_idx, T *dx,
-                     maxpool_dims d, cudaStream_t s)
+static void backward(const T *dy, const uint8_t *argmax, T *dx, maxpool_dims d, cudaStream_t s)
 {
-    (void)plane_idx; /* both paths read the 1-byte window index */
     if (maxpool_disjoint_windows(d))
-        backward_disjoint(dy, window_idx, dx, d, s);
+        backward_disjoint(dy, argmax, dx, d, s);
     else
-        backward_overlapping(dy, window_idx, dx, d, s);
+        backward_overlapping(dy, argmax, dx, d, s);
 }
 
 MAXPOOL_BACKWARD_LAUNCHER(v3)
 
 /* The forward is v2's: v3 changes the backward alone. */
-extern "C" void maxpool_forward_v3(const void *x, void *y, int32_t *plane_idx,
-                                   uint8_t *window_idx, struct maxpool_dims d, enum dtype t,
-                                   cudaStream_t s)
+extern "C" void maxpool_forward_v3(const void *x, void *y, uint8_t *argmax, struct maxpool_dims d,
+                                   enum dtype t, cudaStream_t s)
 {
-    maxpool_forward_v2(x, y, plane_idx, window_idx, d, t, s);
+    maxpool_forward_v2(x, y, argmax, d, t, s);
 }

@@ -7,50 +7,20 @@
  * size formula is the chapter's, 1 + (H + 2 P - KH) / S. The scaling factors are fp32 for both
  * types. cuDNN takes int dimensions: main.cu lists the rung as unsupported where they do not
  * fit.
- * cuDNN keeps no argmax: its backward reads x, y and dy, and finds each window's maximum again
- * by comparing x with y. The chapter's forward must still output both index forms (the harness
- * verifies every output), so maxpool_forward_vendor runs cudnnPoolingForward for y and then
- * maxpool_argmax_indices, a kernel of our own that scans each window again and writes the plane
- * and window indices. The vendor's forward row therefore times both: cuDNN's y alone costs a
- * read of x and a write of y; the index kernel adds a second read of x (L2 hits at small sizes)
- * and 5 bytes per output.
+ * cuDNN keeps no argmax: its forward writes y alone, and its backward reads x, y and dy and finds
+ * each window's maximum again by comparing x with y. The rung table (main.cu) therefore marks
+ * the argmax as an output this rung does not write: the harness verifies y alone, and the
+ * forward row times cuDNN's kernel as a framework would call it. Its bytes are the chapter's
+ * all the same (x, y and the argmax), which overstates its GB/s by the argmax's share: at 2x2
+ * in fp32, 1 byte in 81.
  * Expected: backward reads x, y and dy and writes dx: at 2x2 stride 2 in fp32, 4 + 4 / 4 +
- * 4 / 4 + 4 = 10 bytes per input element, against 5.25 for a gather through the 1-byte window
- * index (v2, v3). Ties (two equal maxima in a window, rare in fp32 random data, less so in
- * fp16) go where cuDNN's comparison sends them, which need not be the first. */
+ * 4 / 4 + 4 = 10 bytes per input element, against 5.06 for a gather through the packed argmax
+ * (v2, v3). Ties (two equal maxima in a window, rare in fp32 random data, less so in fp16) go
+ * where cuDNN's comparison sends them, which need not be the first. */
 #include <cudnn.h>
 
 #include "launch.cuh"
 #include "maxpool.cuh"
-
-#define THREADS 256
-
-/* The argmax cuDNN does not output: each window scanned again, indices written, y not. */
-template <typename T>
-__global__ void maxpool_argmax_indices(const T *__restrict__ x, int32_t *__restrict__ plane_idx,
-                                       uint8_t *__restrict__ window_idx, maxpool_dims d)
-{
-    const int64_t outputs = d.n * d.c * d.oh * d.ow;
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < outputs; o += stride) {
-        int64_t out_row, j, plane, i;
-        maxpool_divmod(o, d.ow, out_row, j);
-        maxpool_divmod(out_row, d.oh, plane, i);
-        const maxpool_pick<T> m = maxpool_window_argmax(x + plane * d.h * d.w, d, i, j);
-        plane_idx[o] = maxpool_plane_index(d, i, j, m.r, m.q);
-        window_idx[o] = maxpool_window_index(d, m.r, m.q);
-    }
-}
-
-template <typename T>
-static void write_indices(const T *x, int32_t *plane_idx, uint8_t *window_idx, maxpool_dims d,
-                          cudaStream_t s)
-{
-    const int blocks = grid_to_fill_gpu((const void *)maxpool_argmax_indices<T>, THREADS,
-                                        maxpool_blocks(d.n * d.c * d.oh * d.ow, THREADS));
-    maxpool_argmax_indices<<<blocks, THREADS, 0, s>>>(x, plane_idx, window_idx, d);
-    LAUNCH_CHECK();
-}
 
 struct cudnn_maxpool {
     cudnnHandle_t handle;
@@ -98,17 +68,12 @@ static struct cudnn_maxpool *cudnn_for(struct maxpool_dims d, enum dtype t, cuda
     return &c;
 }
 
-extern "C" void maxpool_forward_vendor(const void *x, void *y, int32_t *plane_idx,
-                                       uint8_t *window_idx, struct maxpool_dims d, enum dtype t,
-                                       cudaStream_t s)
+extern "C" void maxpool_forward_vendor(const void *x, void *y, struct maxpool_dims d,
+                                       enum dtype t, cudaStream_t s)
 {
     struct cudnn_maxpool *c = cudnn_for(d, t, s);
     const float one = 1.0f, zero = 0.0f;
     CUDNN_CHECK(cudnnPoolingForward(c->handle, c->pooling, &one, c->x, x, &zero, c->y, y));
-    if (t == DT_FP32)
-        write_indices((const float *)x, plane_idx, window_idx, d, s);
-    else
-        write_indices((const __half *)x, plane_idx, window_idx, d, s);
 }
 
 extern "C" void maxpool_backward_vendor(const void *x, const void *y, const void *dy, void *dx,
