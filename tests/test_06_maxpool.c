@@ -231,11 +231,12 @@ struct rung_pass {
 
 /* The presets' windows at odd sizes: H or W not divisible by the stride, 7x7 inputs, C = 1,
  * N = 1 and 3, a window as large as the input, overlapping windows with and without padding,
- * and a stride larger than the window (gaps no window covers, whose dx must be 0). */
+ * a stride larger than the window (gaps no window covers, whose dx must be 0), and the 2x2
+ * paths' cases: 4 or 8 outputs a thread, H odd (a row in no window) and even. */
 static const char *const shapes[] = {
     "1x1x1x1-k1",    "1x1x7x7-k2",     "3x1x7x7-k2",     "1x3x8x8-k2",    "3x2x9x7-k2s2",
     "2x3x7x9-k3s2p1", "1x2x12x12-k3s1p1", "2x2x7x7-k7",   "1x4x10x11-k2s3", "3x5x17x16-k3s2p1",
-    "2x16x33x32-k2", "1x1x5x5-k4s1p2",
+    "2x16x33x32-k2", "1x1x5x5-k4s1p2", "2x3x8x16-k2",     "3x4x10x24-k2",
 };
 
 static void free_params(struct criterion_test_params *crp)

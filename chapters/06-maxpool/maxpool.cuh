@@ -15,11 +15,12 @@
 #include "maxpool.h"
 
 /* Whether v takes the place of the best so far: larger, or the first NaN. NaN compares false
- * with everything, so `v > best` alone would let a NaN neither win nor be beaten; the second
- * term makes it win once and then stay. */
+ * with everything, so `v > best` alone would let a NaN neither win nor be beaten. Written as
+ * "best is a number and v is not <= best": v wins when it is larger or NaN, and nothing beats
+ * a NaN; two comparisons (FSETP.GTU, then FSETP.NUM). */
 __device__ __forceinline__ bool maxpool_wins(float v, float best)
 {
-    return v > best || (isnan(v) && !isnan(best));
+    return best == best && !(v <= best);
 }
 
 /* The argmax of one window: the element, and its position (r, q) inside the window. */
@@ -127,6 +128,95 @@ __device__ __forceinline__ void maxpool_divmod(int64_t a, int64_t b, int64_t &qu
         quotient = a / b;
         rest = a - quotient * b;
     }
+}
+
+/* ---- The 2x2 stride-2 paths (v2's forward, v3's backward) ----
+ * With no padding, windows tile x: output row out_row = (n C + c) OH + i reads input rows
+ * 2 i and 2 i + 1 of its plane, columns 2 j and 2 j + 1. Thread t owns OUTS neighbouring
+ * outputs of a row, j0 = OUTS (t % (OW / OUTS)), the 2 OUTS inputs under them in each of the
+ * two rows, and OUTS 2-bit fields of the argmax, 2 OUTS bits from bit 2 OUTS t, since
+ * OW % OUTS == 0: half a byte (OUTS = 2), a byte (4) or a 16-bit word (8). */
+
+/* N elements stored or loaded by one instruction of N sizeof(T) bytes (at most 16). */
+template <typename T, int N> struct alignas(N * sizeof(T)) maxpool_vec {
+    T e[N];
+};
+
+/* 2 OUTS elements of a row, 16 bytes at a time (the row start is 16-byte aligned). */
+template <typename T, int N>
+__device__ __forceinline__ void maxpool_load_row(const T *__restrict__ row, T (&v)[N])
+{
+    using pack = pack16<T>;
+#pragma unroll
+    for (int k = 0; k < N / pack::width; k++) {
+        pack pk;
+        pk.raw = reinterpret_cast<const uint4 *>(row)[k];
+#pragma unroll
+        for (int e = 0; e < pack::width; e++)
+            v[k * pack::width + e] = pk.e[e];
+    }
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void maxpool_store_row(T *__restrict__ row, const T (&v)[N])
+{
+    using pack = pack16<T>;
+#pragma unroll
+    for (int k = 0; k < N / pack::width; k++) {
+        pack pk;
+#pragma unroll
+        for (int e = 0; e < pack::width; e++)
+            pk.e[e] = v[k * pack::width + e];
+        reinterpret_cast<uint4 *>(row)[k] = pk.raw;
+    }
+}
+
+/* Group t's output row, first column, and the first of its two input rows: 2 out_row, plus
+ * one row for each earlier plane when H is odd (the last row of a plane is in no window).
+ * One 32-bit division, two when H is odd. */
+template <int OUTS>
+__device__ __forceinline__ void maxpool_2x2_group(const maxpool_dims &d, int64_t t,
+                                                  int64_t &out_row, int64_t &j0, int64_t &in_row)
+{
+    int64_t group;
+    maxpool_divmod(t, d.ow / OUTS, out_row, group);
+    j0 = group * OUTS;
+    in_row = 2 * out_row;
+    if (d.h != 2 * d.oh) {
+        int64_t plane, i;
+        maxpool_divmod(out_row, d.oh, plane, i);
+        in_row += plane;
+    }
+}
+
+/* Group t's 2 OUTS bits of argmax fields: half a byte (OUTS = 2), a byte or a 16-bit word. */
+template <int OUTS> __device__ __forceinline__ unsigned maxpool_load_fields(const uint8_t *a,
+                                                                             int64_t t)
+{
+    if constexpr (OUTS == 8)
+        return reinterpret_cast<const uint16_t *>(a)[t];
+    else if constexpr (OUTS == 4)
+        return a[t];
+    else
+        return a[t >> 1] >> (t & 1) * 4 & 0xf;
+}
+
+template <int OUTS> __device__ __forceinline__ void maxpool_store_fields(uint8_t *a, int64_t t,
+                                                                          unsigned fields)
+{
+    if constexpr (OUTS == 8)
+        reinterpret_cast<uint16_t *>(a)[t] = (uint16_t)fields;
+    else
+        a[t] = (uint8_t)fields;
+}
+
+/* Whether the 2x2 paths apply, with OUTS outputs a thread: 2x2 windows, stride 2, no padding,
+ * OW a multiple of OUTS, rows of x 16-byte multiples and the tensors 16-byte aligned. */
+static inline bool maxpool_2x2_path(const maxpool_dims &d, int outs, size_t element,
+                                    const void *big, const void *small)
+{
+    return d.kh == 2 && d.kw == 2 && d.s == 2 && d.p == 0 && d.ow % outs == 0 &&
+           d.w * (int64_t)element % 16 == 0 && aligned16(big) && aligned16(small);
 }
 
 /* Windows never overlap when the stride is at least the window: each input then lies in at

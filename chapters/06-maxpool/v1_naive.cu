@@ -17,10 +17,13 @@
  * access per element: fine at the roof's scale for fp32, noticeable for fp16's half-size
  * traffic.
  * Limits: any window, stride and padding. The atomics make the backward's sums order-dependent
- * where windows overlap: in fp32 the last bits of such a dx vary from run to run; in fp16 each
- * atomicAdd rounds the running sum to fp16 (11 significant bits), so an input chosen by m
- * windows takes m - 1 roundings, up to about (m - 1) 2^-11 of the sum, against one rounding
- * for a sum kept in fp32. Disjoint windows give each dx at most one dy, added to 0: exact. */
+ * where windows overlap: in fp32 the last bits of such a dx vary from run to run. In fp16 an
+ * atomicAdd on __half would round every partial sum to 11 significant bits, and with dy of both
+ * signs the partial sums can be larger than the total: errors of a few parts in a thousand,
+ * past the tolerance of a sum kept in fp32. So fp16 with overlapping windows scatters into an
+ * fp32 copy of dx, allocated on the stream (cudaMallocAsync, which a CUDA graph captures), and
+ * rounds it into dx at the end: 4 more bytes written and read per input. Disjoint windows give
+ * each dx at most one dy, added to 0: exact in both types, straight into dx. */
 #include "maxpool.cuh"
 
 #define THREADS 256
@@ -47,10 +50,11 @@ __global__ void maxpool_forward_naive(const T *__restrict__ x, T *__restrict__ y
     }
 }
 
-/* dx must be zero before: each output adds its dy where its window's maximum was. */
-template <typename T>
+/* sum must be zero before: each output adds its dy where its window's maximum was. Sum is dx
+ * itself (Sum = T), or an fp32 copy of it for fp16 with overlapping windows. */
+template <typename T, typename Sum>
 __global__ void maxpool_backward_scatter(const T *__restrict__ dy,
-                                         const uint8_t *__restrict__ argmax, T *dx,
+                                         const uint8_t *__restrict__ argmax, Sum *sum,
                                          maxpool_dims d)
 {
     const int64_t per_plane = d.oh * d.ow, outputs = d.n * d.c * per_plane;
@@ -60,8 +64,17 @@ __global__ void maxpool_backward_scatter(const T *__restrict__ dy,
         const int position = maxpool_load_argmax(argmax, d, o);
         const int r = position / (int)d.kw, q = position % (int)d.kw;
         const int64_t at = (maxpool_window_top(d, i) + r) * d.w + maxpool_window_left(d, j) + q;
-        atomicAdd(dx + plane * d.h * d.w + at, dy[o]); /* __half: sm_70 and later */
+        atomicAdd(sum + plane * d.h * d.w + at, (Sum)dy[o]); /* __half: sm_70 and later */
     }
+}
+
+/* dx = sum rounded to fp16, for the fp16 scatter through an fp32 copy. */
+__global__ void maxpool_round_to_half(const float *__restrict__ sum, __half *__restrict__ dx,
+                                      int64_t inputs)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < inputs; e += stride)
+        dx[e] = __float2half_rn(sum[e]);
 }
 
 template <typename T>
@@ -72,13 +85,30 @@ static void forward(const T *x, T *y, uint8_t *argmax, maxpool_dims d, cudaStrea
     LAUNCH_CHECK();
 }
 
+template <typename T, typename Sum>
+static void scatter(const T *dy, const uint8_t *argmax, Sum *sum, maxpool_dims d, cudaStream_t s)
+{
+    CUDA_CHECK(cudaMemsetAsync(sum, 0, (size_t)(d.n * d.c * d.h * d.w) * sizeof(Sum), s));
+    maxpool_backward_scatter<<<maxpool_blocks(d.n * d.c * d.oh * d.ow, THREADS), THREADS, 0,
+                               s>>>(dy, argmax, sum, d);
+    LAUNCH_CHECK();
+}
+
 template <typename T>
 static void backward(const T *dy, const uint8_t *argmax, T *dx, maxpool_dims d, cudaStream_t s)
 {
-    CUDA_CHECK(cudaMemsetAsync(dx, 0, (size_t)(d.n * d.c * d.h * d.w) * sizeof(T), s));
-    maxpool_backward_scatter<<<maxpool_blocks(d.n * d.c * d.oh * d.ow, THREADS), THREADS, 0,
-                               s>>>(dy, argmax, dx, d);
+    if (sizeof(T) == 4 || maxpool_disjoint_windows(d)) {
+        scatter(dy, argmax, dx, d, s);
+        return;
+    }
+    const int64_t inputs = d.n * d.c * d.h * d.w;
+    float *sum;
+    CUDA_CHECK(cudaMallocAsync((void **)&sum, (size_t)inputs * sizeof(float), s));
+    scatter(dy, argmax, sum, d, s);
+    maxpool_round_to_half<<<maxpool_blocks(inputs, THREADS), THREADS, 0, s>>>(
+        sum, (__half *)dx, inputs);
     LAUNCH_CHECK();
+    CUDA_CHECK(cudaFreeAsync(sum, s));
 }
 
 MAXPOOL_FORWARD_LAUNCHER(v1)

@@ -2,24 +2,27 @@
  *
  * Idea, forward: v1's warps already stored along OW. What they did not do is use wide accesses:
  * a 2x2 stride-2 window reads 2 neighbouring elements of 2 rows, one 4- or 2-byte load each.
- * Here, for that common case (2x2, stride 2, no padding), each thread produces 4 neighbouring
- * outputs of a row: it reads the 8 elements above them in each of the two input rows with one
- * 16-byte load (fp16) or two (fp32), and stores its 4 y with one 16- or 8-byte store and their
- * four 2-bit argmax fields as one whole byte, with no shuffles. The window never leaves x there
- * (no padding, and OW = floor(W / 2)), so no bounds are tested inside the row. This needs every
- * group of 4 to start a byte of the argmax and 16 bytes of x's rows: OW % 4 == 0, W 16 bytes
- * long in whole, aligned pointers. Every other shape takes v1's thread per output, with the
- * index split in 32-bit divisions.
+ * Here, for that common case (2x2, stride 2, no padding), each thread produces the outputs
+ * whose y fill 16 bytes, 4 in fp32 and 8 in fp16, of one row: it reads the elements under them
+ * in each of the two input rows 16 bytes at a time (2 loads a row), finds each window's first
+ * maximum as a small tree of comparisons, and stores its y with one 16-byte store and their
+ * 2-bit argmax fields as one whole byte (fp32) or 16-bit word (fp16), with no shuffles. The
+ * window never leaves x there, so no bounds are tested inside the row, and the thread's input
+ * rows follow from its output row with at most two 32-bit divisions for all its outputs. This
+ * needs OW to be a multiple of the outputs a thread (4 outputs a thread where 8 do not fit),
+ * rows of x whole multiples of 16 bytes and aligned tensors. Every other shape takes v1's
+ * thread per output, with the index split in 32-bit divisions.
  * Idea, backward: a gather, one thread per input element (h, w), for disjoint windows
  * (S >= KH and S >= KW): the only window that can hold (h, w) is i = (h + P) / S,
  * j = (w + P) / S, at position r = h + P - i S, q = w + P - j S; dx = dy[i, j] if that window's
  * argmax says (r, q), else 0. Every dx is written once, in order: no memset, no atomics,
  * coalesced stores.
- * What changed from v1: 4 outputs a thread with 16-byte accesses on the 2x2 path; the index
+ * What changed from v1: 4 or 8 outputs a thread with 16-byte accesses on the 2x2 path; the index
  * split in 32-bit divisions where the index fits (maxpool_divmod); grids sized to fill the GPU
  * once, with a grid-stride loop; the backward's scatter replaced by a gather.
  * Expected: forward moves what v1 moves (x once; y and the argmax), in a quarter (fp32) to an
- * eighth (fp16) of the load instructions: close to the roof. Backward reads dy and the argmax
+ * eighth (fp16) of the load instructions and a fraction of v1's index arithmetic: at the roof,
+ * where v1 is held back by its instructions. Backward reads dy and the argmax
  * and writes dx once: at 2x2 stride 2 in fp32, (4 + 1 / 4) / 4 + 4 = 5.06 bytes per input
  * element, against v1's same reads plus a second pass over dx and its L2 atomics.
  * Limits: the forward's fast path is 2x2, stride 2, padding 0 only. Overlapping windows keep
@@ -29,75 +32,49 @@
 #include "maxpool.cuh"
 
 #define THREADS 256
-#define OUTS 4 /* outputs a thread on the 2x2 path */
 
-/* OUTS elements of T, stored by one 16-byte (fp32) or 8-byte (fp16) instruction. */
-template <typename T> struct alignas(OUTS * sizeof(T)) maxpool_quad {
-    T e[OUTS];
-};
-
-/* The 2 OUTS elements of an input row under a thread's OUTS outputs, in 16-byte loads. */
-template <typename T>
-__device__ __forceinline__ void load_row_pairs(const T *__restrict__ row, T (&v)[2 * OUTS])
+/* The first maximum of the 2x2 window {t0, t1 / b0, b1} as a tree: the first maximum of each
+ * row, then the bottom row's against the top's (the top wins ties, being earlier). The same
+ * winner as v1's row-major scan, with the two rows' comparisons independent. */
+__device__ __forceinline__ int argmax_2x2(float t0, float t1, float b0, float b1, float &best)
 {
-    using pack = pack16<T>;
-#pragma unroll
-    for (int k = 0; k < 2 * OUTS / pack::width; k++) {
-        pack pk;
-        pk.raw = reinterpret_cast<const uint4 *>(row)[k];
-#pragma unroll
-        for (int e = 0; e < pack::width; e++)
-            v[k * pack::width + e] = pk.e[e];
-    }
+    const bool top_right = maxpool_wins(t1, t0), bottom_right = maxpool_wins(b1, b0);
+    const float top = top_right ? t1 : t0, bottom = bottom_right ? b1 : b0;
+    const bool lower = maxpool_wins(bottom, top);
+    best = lower ? bottom : top;
+    return lower ? 2 + bottom_right : top_right; /* r 2 + q */
 }
 
-/* The argmax of the 2x2 window {top[0], top[1], bottom[0], bottom[1]}, position r 2 + q. */
-template <typename T>
-__device__ __forceinline__ maxpool_pick<T> argmax_2x2(T t0, T t1, T b0, T b1)
-{
-    maxpool_pick<T> best = {t0, 0, 0};
-    float best_f = to_float(t0);
-    const T later[3] = {t1, b0, b1};
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-        const float f = to_float(later[k]);
-        if (maxpool_wins(f, best_f)) {
-            best = {later[k], (k + 1) / 2, (k + 1) % 2};
-            best_f = f;
-        }
-    }
-    return best;
-}
-
-/* 2x2 windows, stride 2, no padding, OW % 4 == 0, aligned rows: thread t owns outputs
- * j0 .. j0 + 3 of output row (plane, i), j0 = 4 (t % groups a row), and byte t of the argmax. */
-template <typename T>
+/* 2x2 windows, stride 2, no padding: thread t owns OUTS outputs of a row (maxpool.cuh). It
+ * loads the 2 OUTS elements under them in each input row 16 bytes at a time, and stores OUTS
+ * y with one instruction and their argmax fields as one byte or 16-bit word. y is the winner
+ * widened to fp32 and narrowed back, which is exact (fp16 -> fp32 -> fp16 changes no number). */
+template <typename T, int OUTS>
 __global__ void maxpool_forward_2x2(const T *__restrict__ x, T *__restrict__ y,
                                     uint8_t *__restrict__ argmax, maxpool_dims d)
 {
-    const int64_t groups_a_row = d.ow / OUTS;
-    const int64_t groups = d.n * d.c * d.oh * groups_a_row;
+    const int64_t groups = d.n * d.c * d.oh * (d.ow / OUTS);
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < groups; t += stride) {
-        int64_t out_row, group, plane, i;
-        maxpool_divmod(t, groups_a_row, out_row, group);
-        maxpool_divmod(out_row, d.oh, plane, i);
-        const int64_t j0 = group * OUTS;
-        const T *top = x + (plane * d.h + 2 * i) * d.w + 2 * j0;
+        int64_t out_row, j0, in_row;
+        maxpool_2x2_group<OUTS>(d, t, out_row, j0, in_row);
+        const T *top = x + in_row * d.w + 2 * j0;
         T a[2 * OUTS], b[2 * OUTS];
-        load_row_pairs(top, a);
-        load_row_pairs(top + d.w, b);
+        maxpool_load_row(top, a);
+        maxpool_load_row(top + d.w, b);
 
-        maxpool_quad<T> yv;
+        maxpool_vec<T, OUTS> yv;
         unsigned fields = 0; /* output k's 2 bits at bit 2 k */
 #pragma unroll
         for (int k = 0; k < OUTS; k++) {
-            const maxpool_pick<T> m = argmax_2x2(a[2 * k], a[2 * k + 1], b[2 * k], b[2 * k + 1]);
-            yv.e[k] = m.value;
-            fields |= (unsigned)(2 * m.r + m.q) << (2 * k);
+            float best;
+            const int position = argmax_2x2(to_float(a[2 * k]), to_float(a[2 * k + 1]),
+                                            to_float(b[2 * k]), to_float(b[2 * k + 1]), best);
+            yv.e[k] = from_float<T>(best);
+            fields |= (unsigned)position << (2 * k);
         }
-        *reinterpret_cast<maxpool_quad<T> *>(y + out_row * d.ow + j0) = yv;
-        argmax[t] = (uint8_t)fields; /* outputs 4 t .. 4 t + 3: byte t */
+        *reinterpret_cast<maxpool_vec<T, OUTS> *>(y + out_row * d.ow + j0) = yv;
+        maxpool_store_fields<OUTS>(argmax, t, fields);
     }
 }
 
@@ -151,22 +128,25 @@ __global__ void maxpool_backward_gather(const T *__restrict__ dy,
     }
 }
 
-/* The 2x2 path's conditions: each group of 4 outputs starts a byte of the argmax (OW % 4 == 0)
- * and 16 bytes of x and y (W and OW whole multiples of 16 bytes, aligned pointers). */
-static bool takes_2x2_path(const maxpool_dims &d, size_t element, const void *x, const void *y)
+template <typename T, int OUTS>
+static void forward_2x2(const T *x, T *y, uint8_t *argmax, maxpool_dims d, cudaStream_t s)
 {
-    return d.kh == 2 && d.kw == 2 && d.s == 2 && d.p == 0 && d.ow % OUTS == 0 &&
-           d.w * element % 16 == 0 && aligned16(x) && aligned16(y);
+    const int64_t groups = d.n * d.c * d.oh * (d.ow / OUTS);
+    const int blocks = grid_to_fill_gpu((const void *)maxpool_forward_2x2<T, OUTS>, THREADS,
+                                        maxpool_blocks(groups, THREADS));
+    maxpool_forward_2x2<T, OUTS><<<blocks, THREADS, 0, s>>>(x, y, argmax, d);
 }
 
+/* The 2x2 path with 16 bytes of y a thread (4 fp32, 8 fp16) where OW allows, else 4 outputs;
+ * every other shape, a thread per output. */
 template <typename T>
 static void forward(const T *x, T *y, uint8_t *argmax, maxpool_dims d, cudaStream_t s)
 {
-    if (takes_2x2_path(d, sizeof(T), x, y)) {
-        const int64_t groups = d.n * d.c * d.oh * (d.ow / OUTS);
-        const int blocks = grid_to_fill_gpu((const void *)maxpool_forward_2x2<T>, THREADS,
-                                            maxpool_blocks(groups, THREADS));
-        maxpool_forward_2x2<<<blocks, THREADS, 0, s>>>(x, y, argmax, d);
+    constexpr int WIDE = 16 / sizeof(T);
+    if (maxpool_2x2_path(d, WIDE, sizeof(T), x, y)) {
+        forward_2x2<T, WIDE>(x, y, argmax, d, s);
+    } else if (maxpool_2x2_path(d, 4, sizeof(T), x, y)) {
+        forward_2x2<T, 4>(x, y, argmax, d, s);
     } else {
         const int blocks = grid_to_fill_gpu((const void *)maxpool_forward_general<T>, THREADS,
                                             maxpool_blocks(d.n * d.c * d.oh * d.ow, THREADS));

@@ -1,30 +1,73 @@
-/* v3, vector gather: several inputs a thread and one 16-byte store of dx; overlapping windows
+/* v3, vector gather: several inputs a thread and 16-byte stores of dx; overlapping windows
  * gather too, without atomics.
  *
- * Idea, disjoint windows (S >= KH and S >= KW): each thread owns 16 bytes of a row of dx, 4
+ * Idea, 2x2 windows, stride 2, no padding (the common case): the windows tile x, so a thread
+ * can own a few outputs and write every input under them: OUTS outputs whose inputs fill 16
+ * bytes of each of their two rows (2 in fp32, 4 in fp16), so one 8-byte load of dy, 4 or 8
+ * bits of argmax fields, and two 16-byte stores, each dy in its field's position and 0
+ * elsewhere. Each dx is still written once, by the one thread whose windows hold it: a gather,
+ * turned around so that the index arithmetic (one 32-bit division) is paid once for 8 or 16
+ * inputs. 16 bytes a row and no more: with 32 (two stores a row), each store instruction of a
+ * warp would write every other 16 bytes, half of each 32-byte sector, and the L2 merges such
+ * partial writes slowly: measured, about 4 times slower at the seed shape (README). It needs
+ * H even (else the last row of each plane lies in no window and nobody would write it), and
+ * what v2's forward path needs.
+ * Idea, other disjoint windows (S >= KH and S >= KW): each thread owns 16 bytes of a row of dx, 4
  * neighbouring inputs in fp32 or 8 in fp16. They share their row h, so the window row
  * i = (h + P) / S and the position r inside it are found once; along the row, window column j
  * and position q advance by counting (q + 1, and j + 1 when q reaches S), with no division. The
- * thread reads the argmax of each window it meets once (at 2x2 stride 2: 2 for 4 fp32 inputs,
- * 4 for 8 fp16 ones) and dy only where the argmax points at one of its inputs, then writes its
- * 16 bytes with one store.
+ * thread reads the argmax of each window it meets once and dy only where the argmax points at
+ * one of its inputs, then writes its 16 bytes with one store.
  * Idea, overlapping windows: a gather too. Input (h, w) lies in windows i = ceil((h + P - KH +
  * 1) / S) .. (h + P) / S (within 0 .. OH - 1), and likewise j: at most ceil(KH / S) ceil(KW / S)
- * of them, 4 for the 3x3 stride-2 stem. The thread visits them in a fixed order, adds the dy of
- * those whose argmax names it in fp32, and writes dx once, rounded once.
- * What changed from v2: 16-byte stores and one argmax read per window instead of one per input
- * on the disjoint path; the atomic scatter (a memset, then read-modify-writes in the L2) is
- * gone from the overlapping path. The forward is v2's.
- * Expected: the same bytes as v2 on disjoint windows (dy and the argmax read, dx written once) in a quarter to an eighth of the store instructions: at the roof, where v2 was near it
- * already; the most for fp16. On overlapping windows, dx is written once instead of twice, the
+ * of them, 4 for the 3x3 stride-2 stem. A thread owns 16 bytes of a row of dx again: the window
+ * rows are found once for all its inputs, and the window columns advance by counting. Each
+ * input adds the dy of the windows whose argmax names it in fp32, in a fixed order, and dx is
+ * written once, rounded once.
+ * What changed from v2: 16-byte stores, and index arithmetic once for many inputs instead of
+ * four divisions for each (v2's gather is held back by its instructions, not its bytes); the
+ * atomic scatter (a memset, then read-modify-writes in the L2) is gone from the overlapping
+ * path. The forward is v2's.
+ * Expected: the same bytes as v2 on disjoint windows (dy and the argmax read, dx written once)
+ * in a fraction of the instructions: at the roof. On overlapping windows, dx is written once instead of twice, the
  * result is the same bits on every run, and fp16 sums take one rounding instead of one per
  * atomic.
- * Limits: the overlapping path is one thread per input with scalar accesses, and reads each
- * window's argmax once for every input of its window (L1 hits: the reads of a warp fall in a few
- * rows of the argmax). */
+ * Limits: the overlapping path reads each window's argmax and dy once for every input of its
+ * window, 9 times at 3x3 (L1 hits: the reads of a warp fall in a few rows), and its inner loops
+ * are short and data-dependent. */
 #include "maxpool.cuh"
 
 #define THREADS 256
+
+/* 2x2 windows, stride 2, no padding, H even: thread t owns OUTS outputs of a row and the
+ * 2 x 2 OUTS inputs under them (maxpool.cuh). */
+template <typename T, int OUTS>
+__global__ void maxpool_backward_2x2(const T *__restrict__ dy, const uint8_t *__restrict__ argmax,
+                                     T *__restrict__ dx, maxpool_dims d)
+{
+    const int64_t groups = d.n * d.c * d.oh * (d.ow / OUTS);
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < groups; t += stride) {
+        int64_t out_row, j0, in_row;
+        maxpool_2x2_group<OUTS>(d, t, out_row, j0, in_row);
+        const maxpool_vec<T, OUTS> g =
+            *reinterpret_cast<const maxpool_vec<T, OUTS> *>(dy + out_row * d.ow + j0);
+        const unsigned fields = maxpool_load_fields<OUTS>(argmax, t);
+        const T zero = from_float<T>(0.f);
+        T top[2 * OUTS], bottom[2 * OUTS];
+#pragma unroll
+        for (int k = 0; k < OUTS; k++) {
+            const unsigned position = fields >> (2 * k) & 3; /* r 2 + q */
+            top[2 * k] = position == 0 ? g.e[k] : zero;
+            top[2 * k + 1] = position == 1 ? g.e[k] : zero;
+            bottom[2 * k] = position == 2 ? g.e[k] : zero;
+            bottom[2 * k + 1] = position == 3 ? g.e[k] : zero;
+        }
+        T *row = dx + in_row * d.w + 2 * j0;
+        maxpool_store_row(row, top);
+        maxpool_store_row(row + d.w, bottom);
+    }
+}
 
 /* Disjoint windows: thread t owns inputs w0 .. w0 + V - 1 (V = 16 bytes of T) of input row
  * (plane, h), w0 = V (t % groups a row). vec: one 16-byte store (dx 16-byte aligned and
@@ -102,33 +145,62 @@ __device__ __forceinline__ void windows_holding(int64_t x, int64_t k, int64_t s,
         maxpool_divmod(lowest + s - 1, s, first, rest);
 }
 
-/* Overlapping windows: input e sums, in fp32 and in window order, the dy of every window that
- * holds it and chose it. */
+/* Overlapping windows: thread t owns inputs w0 .. w0 + V - 1 of input row (plane, h), as the
+ * disjoint gather does. The window rows holding h, i0 .. i1, are found once. Along the row, the
+ * last window column that can hold w, (w + P) / S, advances by counting; from it the thread
+ * walks left while the window still reaches w. Each input sums, in fp32, the dy of every
+ * window that holds it and chose it, in a fixed order (rows down, columns right to left). */
 template <typename T>
 __global__ void maxpool_backward_gather_overlap(const T *__restrict__ dy,
                                                 const uint8_t *__restrict__ argmax,
-                                                T *__restrict__ dx, maxpool_dims d)
+                                                T *__restrict__ dx, maxpool_dims d, bool vec)
 {
-    const int64_t inputs = d.n * d.c * d.h * d.w;
+    using pack = pack16<T>;
+    constexpr int V = pack::width;
+    const int64_t groups_a_row = (d.w + V - 1) / V;
+    const int64_t groups = d.n * d.c * d.h * groups_a_row;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < inputs; e += stride) {
-        int64_t in_row, ww, plane, hh, i0, i1, j0, j1;
-        maxpool_divmod(e, d.w, in_row, ww);
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < groups; t += stride) {
+        int64_t in_row, group, plane, hh, i0, i1, last_j, rest;
+        maxpool_divmod(t, groups_a_row, in_row, group);
         maxpool_divmod(in_row, d.h, plane, hh);
         windows_holding(hh, d.kh, d.s, d.p, d.oh, i0, i1);
-        windows_holding(ww, d.kw, d.s, d.p, d.ow, j0, j1);
-        float sum = 0.f;
-        for (int64_t i = i0; i <= i1; i++) {
-            const int64_t out_row = (plane * d.oh + i) * d.ow;
-            const int r = (int)(hh - maxpool_window_top(d, i));
-            for (int64_t j = j0; j <= j1; j++) {
-                const int q = (int)(ww - maxpool_window_left(d, j));
-                const int chosen = maxpool_load_argmax(argmax, d, out_row + j);
-                if (chosen == maxpool_window_position(d, r, q))
-                    sum += to_float(dy[out_row + j]);
+        const int64_t w0 = group * V;
+        const int count = (int)(d.w - w0 < V ? d.w - w0 : V);
+        maxpool_divmod(w0 + d.p, d.s, last_j, rest);
+
+        pack g;
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            const int64_t w = w0 + e;
+            const int64_t first_j = last_j < d.ow - 1 ? last_j : d.ow - 1;
+            float sum = 0.f;
+            for (int64_t i = i0; e < count && i <= i1; i++) {
+                const int64_t out_row = (plane * d.oh + i) * d.ow;
+                const int r = (int)(hh - maxpool_window_top(d, i));
+                for (int64_t j = first_j; j >= 0 && maxpool_window_left(d, j) + d.kw > w; j--) {
+                    const int q = (int)(w - maxpool_window_left(d, j));
+                    const int chosen = maxpool_load_argmax(argmax, d, out_row + j);
+                    if (chosen == maxpool_window_position(d, r, q))
+                        sum += to_float(dy[out_row + j]);
+                }
+            }
+            g.e[e] = from_float<T>(sum);
+            if (++rest == d.s) {
+                rest = 0;
+                last_j++;
             }
         }
-        dx[e] = from_float<T>(sum);
+
+        T *out = dx + in_row * d.w + w0;
+        if (vec) {
+            *reinterpret_cast<uint4 *>(out) = g.raw;
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; e++)
+                if (e < count)
+                    out[e] = g.e[e];
+        }
     }
 }
 
@@ -149,16 +221,35 @@ template <typename T>
 static void backward_overlapping(const T *dy, const uint8_t *argmax, T *dx, maxpool_dims d,
                                  cudaStream_t s)
 {
+    constexpr int V = pack16<T>::width;
+    const bool vec = d.w % V == 0 && aligned16(dx);
+    const int64_t groups = d.n * d.c * d.h * ((d.w + V - 1) / V);
     const int blocks = grid_to_fill_gpu((const void *)maxpool_backward_gather_overlap<T>,
-                                        THREADS, maxpool_blocks(d.n * d.c * d.h * d.w, THREADS));
-    maxpool_backward_gather_overlap<<<blocks, THREADS, 0, s>>>(dy, argmax, dx, d);
+                                        THREADS, maxpool_blocks(groups, THREADS));
+    maxpool_backward_gather_overlap<<<blocks, THREADS, 0, s>>>(dy, argmax, dx, d, vec);
     LAUNCH_CHECK();
 }
 
+template <typename T, int OUTS>
+static void backward_2x2(const T *dy, const uint8_t *argmax, T *dx, maxpool_dims d,
+                         cudaStream_t s)
+{
+    const int64_t groups = d.n * d.c * d.oh * (d.ow / OUTS);
+    const int blocks = grid_to_fill_gpu((const void *)maxpool_backward_2x2<T, OUTS>, THREADS,
+                                        maxpool_blocks(groups, THREADS));
+    maxpool_backward_2x2<T, OUTS><<<blocks, THREADS, 0, s>>>(dy, argmax, dx, d);
+    LAUNCH_CHECK();
+}
+
+/* The 2x2 path where it applies (16 bytes of dx a row a thread), then the row gather for other
+ * disjoint windows, then the overlapping gather. */
 template <typename T>
 static void backward(const T *dy, const uint8_t *argmax, T *dx, maxpool_dims d, cudaStream_t s)
 {
-    if (maxpool_disjoint_windows(d))
+    constexpr int OUTS = 8 / sizeof(T);
+    if (d.h % 2 == 0 && maxpool_2x2_path(d, OUTS, sizeof(T), dx, dy))
+        backward_2x2<T, OUTS>(dy, argmax, dx, d, s);
+    else if (maxpool_disjoint_windows(d))
         backward_disjoint(dy, argmax, dx, d, s);
     else
         backward_overlapping(dy, argmax, dx, d, s);
