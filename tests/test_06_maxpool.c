@@ -231,12 +231,14 @@ struct rung_pass {
 
 /* The presets' windows at odd sizes: H or W not divisible by the stride, 7x7 inputs, C = 1,
  * N = 1 and 3, a window as large as the input, overlapping windows with and without padding,
- * a stride larger than the window (gaps no window covers, whose dx must be 0), and the 2x2
- * paths' cases: 4 or 8 outputs a thread, H odd (a row in no window) and even. */
+ * a stride larger than the window (gaps no window covers, whose dx must be 0), the 2x2
+ * paths' cases (4 or 8 outputs a thread, H odd: a row in no window, and even) and v4's 3x3
+ * windows with stride 1 and 2, with and without padding. */
 static const char *const shapes[] = {
     "1x1x1x1-k1",    "1x1x7x7-k2",     "3x1x7x7-k2",     "1x3x8x8-k2",    "3x2x9x7-k2s2",
     "2x3x7x9-k3s2p1", "1x2x12x12-k3s1p1", "2x2x7x7-k7",   "1x4x10x11-k2s3", "3x5x17x16-k3s2p1",
-    "2x16x33x32-k2", "1x1x5x5-k4s1p2", "2x3x8x16-k2",     "3x4x10x24-k2",
+    "2x16x33x32-k2", "1x1x5x5-k4s1p2", "2x3x8x16-k2",     "3x4x10x24-k2",  "2x2x9x17-k3s2",
+    "1x3x6x10-k3s1",
 };
 
 static void free_params(struct criterion_test_params *crp)
@@ -267,6 +269,66 @@ ParameterizedTest(struct rung_pass *rp, maxpool_gpu, rung_matches_reference)
                          maxpool_chapter.passes[rp->pass], dtype_name(t), shapes[s],
                          rc == 1 ? "wrong:" : why, v.first_bad, v.bad_out, v.bad_ref);
         }
+}
+
+/* ---- ties, NaN and infinities: x drawn from {-inf, -1, -0, 0, 1, inf, NaN}, so most windows
+ * hold ties, some a NaN or only -inf beside the padding. Every rung but the vendor's (whose tie
+ * rule is its own) must keep the reference's first maximum and propagate NaN as it does. */
+
+static const double special_values[] = {-INFINITY, -1.0, -0.0, 0.0, 1.0, INFINITY, NAN};
+
+static void fill_special(struct problem *p, struct rng *r)
+{
+    maxpool_chapter.fill(p, r); /* dy and the layout; x, y and the argmax are redone below */
+    const struct shape *sh = &p->shape;
+    const int64_t k = shape_param(sh, 'k', 2);
+    struct maxpool_dims d;
+    char why[200];
+    cr_assert_eq(maxpool_dims_of(sh->dim[0], sh->dim[1], sh->dim[2], sh->dim[3], k, k,
+                                 shape_param(sh, 's', k), shape_param(sh, 'p', 0), &d, why,
+                                 sizeof why),
+                 0);
+    const int x_at = p->pass == 0 ? 0 : 2; /* main.cu: fwd reads x; bwd reads dy, argmax, x, y */
+    for (size_t e = 0; e < p->in[x_at].count; e++)
+        store_from_double(p->host_in[x_at], p->dtype, e, special_values[rng_below(r, 7)]);
+    if (p->pass == 0)
+        return;
+    const size_t out = p->in[3].count;
+    double *y = malloc(out * sizeof *y);
+    uint8_t *window = malloc(out);
+    cr_assert(y && window);
+    maxpool_forward_reference(p->host_in[x_at], p->dtype, d, y, NULL, window);
+    maxpool_pack_argmax(window, d, (uint8_t *)p->host_in[1]);
+    for (size_t o = 0; o < out; o++)
+        store_from_double(p->host_in[3], p->dtype, o, y[o]);
+    free(y);
+    free(window);
+}
+
+Test(maxpool_gpu, ties_nan_and_infinities_as_the_reference)
+{
+    SKIP_WITHOUT_GPU();
+    struct chapter special = maxpool_chapter;
+    special.fill = fill_special;
+    const char *special_shapes[] = {"2x3x8x16-k2", "3x2x9x7-k2s2", "2x3x9x16-k3s2p1",
+                                    "1x2x12x12-k3s1p1", "1x1x5x5-k4s1p2"};
+    for (int ri = 0; ri < maxpool_chapter.n_rungs; ri++) {
+        const struct rung *r = &maxpool_chapter.rungs[ri];
+        if (!strcmp(r->name, "vendor"))
+            continue;
+        for (int pass = 0; pass < maxpool_chapter.n_passes; pass++)
+            for (int t = DT_FP32; t <= DT_FP16; t++)
+                for (size_t s = 0; s < sizeof special_shapes / sizeof special_shapes[0]; s++) {
+                    struct verify_result v;
+                    char why[256] = "";
+                    int rc = ladder_check(&special, r, pass, (enum dtype)t, special_shapes[s],
+                                          700 + s, &v, why, sizeof why);
+                    cr_expect_eq(rc, 0, "%s %s %s at %s: %s element %zu is %g, reference %g",
+                                 r->name, maxpool_chapter.passes[pass], dtype_name(t),
+                                 special_shapes[s], rc == 1 ? "wrong:" : why, v.first_bad,
+                                 v.bad_out, v.bad_ref);
+                }
+    }
 }
 
 /* ---- the exercise checker fails the untouched stub and passes a correct kernel (v1's

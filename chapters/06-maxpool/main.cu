@@ -40,6 +40,7 @@ static struct maxpool_dims dims_of(const struct shape *s)
 ADAPT(v1)
 ADAPT(v2)
 ADAPT(v3)
+ADAPT(v4)
 
 /* cuDNN writes y alone: the rung table marks the argmax as not written. */
 static void fwd_vendor(const struct launch_args *a, cudaStream_t s)
@@ -78,6 +79,8 @@ static const struct rung rungs[] = {
     RUNG("v2_coalesced", v2, "rows of outputs, 2x2 vectorised; backward gathers", NULL, 0),
     RUNG("v3_vector_gather", v3, "backward: several inputs a thread, wide stores, no atomics",
          NULL, 0),
+    RUNG("v4_register_windows", v4, "forward: 3x3 windows unrolled over registers, 4 outputs a "
+         "thread", NULL, 0),
     RUNG("vendor", vendor, "cuDNN cudnnPoolingForward/Backward, max, deterministic (no argmax)",
          vendor_unsupported, 1u << FWD_ARGMAX),
 };

@@ -60,9 +60,11 @@ static inline int64_t maxpool_argmax_bytes(struct maxpool_dims d)
 MAXPOOL_FORWARD(v1)
 MAXPOOL_FORWARD(v2)
 MAXPOOL_FORWARD(v3) /* v2's forward */
+MAXPOOL_FORWARD(v4)
 MAXPOOL_BACKWARD(v1)
 MAXPOOL_BACKWARD(v2)
 MAXPOOL_BACKWARD(v3)
+MAXPOOL_BACKWARD(v4) /* v3's backward */
 #undef MAXPOOL_FORWARD
 #undef MAXPOOL_BACKWARD
 
