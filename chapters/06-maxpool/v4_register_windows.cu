@@ -1,4 +1,4 @@
-/* v4, register windows: overlapping windows read each input once a thread, from registers.
+/* v4, register windows: 3x3 windows unrolled over registers, forward and backward.
  *
  * Idea: v1 and v2 scan a 3x3 window with loops whose bounds are known only at run time: for
  * each of 9 elements a loop step, an address, a load and a compare, and the window's bounds
@@ -17,8 +17,15 @@
  * Expected: the same bytes as v2 (x once, y and the argmax) in about a third of the
  * instructions an output: close to the roof at the overlap preset, where cuDNN runs at about
  * a third of it.
- * Limits: 3x3 windows with stride 1 or 2, OW a multiple of 4 (so each thread's fields start a
- * byte) and aligned tensors; every other shape runs v2's forward, and the backward is v3's. */
+ * Backward: v3's overlapping gather, with the same change. A thread owns 16 bytes of a row of
+ * dx; the windows that can reach them are a compile-time count of columns (3 in fp32, 5 in fp16
+ * at stride 2) in at most 2 window rows, so it loads each window's field and dy once, not once
+ * for each of its inputs, and tests every (input, window) pair in unrolled code: no loops with
+ * data-dependent bounds. Expected: from v3's instruction-bound 337 us at the overlap preset to
+ * below v1's atomics (113 us).
+ * Limits: 3x3 windows with stride 1 or 2; the forward also wants OW a multiple of 4 (so each
+ * thread's fields start a byte) and an aligned y. Every other shape runs v2's forward and v3's
+ * backward. */
 #include "maxpool.cuh"
 
 #define THREADS 256
@@ -110,9 +117,105 @@ static void forward(const T *x, T *y, uint8_t *argmax, maxpool_dims d, cudaStrea
 
 MAXPOOL_FORWARD_LAUNCHER(v4)
 
-/* The backward is v3's: v4 changes the forward alone. */
-extern "C" void maxpool_backward_v4(const void *dy, const uint8_t *argmax, void *dx,
-                                    struct maxpool_dims d, enum dtype t, cudaStream_t s)
+/* Backward, K x K windows, stride S: thread t owns inputs w0 .. w0 + V - 1 (V = 16 bytes of T)
+ * of input row (plane, h). The window columns that can reach them are j_first .. j_first +
+ * WINDOWS - 1; for each window row holding h, the thread loads their fields and dy once, then
+ * every input tests every window with unrolled, compile-time loops: q = w - (j S - P) in
+ * [0, K) and the field equal to r K + q. Sums in fp32, in window order, one rounding. */
+template <typename T, int K, int S>
+__global__ void maxpool_backward_registers(const T *__restrict__ dy,
+                                           const uint8_t *__restrict__ argmax,
+                                           T *__restrict__ dx, maxpool_dims d, bool vec)
 {
-    maxpool_backward_v3(dy, argmax, dx, d, t, s);
+    using pack = pack16<T>;
+    constexpr int V = pack::width;
+    constexpr int WINDOWS = (V + K - 2) / S + 1; /* window columns reaching V inputs */
+    constexpr int ROWS = (K - 1) / S + 1;        /* window rows holding an input row */
+    const int64_t groups_a_row = (d.w + V - 1) / V;
+    const int64_t groups = d.n * d.c * d.h * groups_a_row;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < groups; t += stride) {
+        int64_t in_row, group, plane, hh;
+        maxpool_divmod(t, groups_a_row, in_row, group);
+        maxpool_divmod(in_row, d.h, plane, hh);
+        const int64_t w0 = group * V;
+        const int count = (int)(d.w - w0 < V ? d.w - w0 : V);
+        /* The first window row and column that can reach (hh, w0): ceil((x + P - K + 1) / S),
+         * with x + P - K + 1 shifted by K S to divide a non-negative number by a constant. */
+        const int64_t i_first = (hh + d.p + K * S - K + S) / S - K;
+        const int64_t j_first = (w0 + d.p + K * S - K + S) / S - K;
+        const int c0 = (int)(w0 + d.p - j_first * S); /* q of input w0 in window j_first */
+
+        float sum[V];
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            sum[e] = 0.f;
+#pragma unroll
+        for (int ri = 0; ri < ROWS; ri++) {
+            const int64_t i = i_first + ri;
+            const int r = (int)(hh + d.p - i * S);
+            if (i < 0 || i >= d.oh || r < 0 || r >= K)
+                continue;
+            const int64_t out_row = (plane * d.oh + i) * d.ow;
+            int field[WINDOWS];
+            float g[WINDOWS];
+#pragma unroll
+            for (int jj = 0; jj < WINDOWS; jj++) {
+                const int64_t j = j_first + jj;
+                const bool in = j >= 0 && j < d.ow;
+                field[jj] = in ? maxpool_load_argmax(argmax, d, out_row + j) : -1;
+                g[jj] = in ? to_float(dy[out_row + j]) : 0.f;
+            }
+#pragma unroll
+            for (int e = 0; e < V; e++)
+#pragma unroll
+                for (int jj = 0; jj < WINDOWS; jj++) {
+                    const int q = c0 + e - jj * S;
+                    if (q >= 0 && q < K && field[jj] == r * K + q)
+                        sum[e] += g[jj];
+                }
+        }
+
+        pack out;
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            out.e[e] = from_float<T>(sum[e]);
+        T *row = dx + in_row * d.w + w0;
+        if (vec) {
+            *reinterpret_cast<uint4 *>(row) = out.raw;
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; e++)
+                if (e < count)
+                    row[e] = out.e[e];
+        }
+    }
 }
+
+template <typename T, int K, int S>
+static void backward_registers(const T *dy, const uint8_t *argmax, T *dx, maxpool_dims d,
+                               cudaStream_t s)
+{
+    constexpr int V = pack16<T>::width;
+    const bool vec = d.w % V == 0 && aligned16(dx);
+    const int64_t groups = d.n * d.c * d.h * ((d.w + V - 1) / V);
+    const int blocks = grid_to_fill_gpu((const void *)maxpool_backward_registers<T, K, S>,
+                                        THREADS, maxpool_blocks(groups, THREADS));
+    maxpool_backward_registers<T, K, S><<<blocks, THREADS, 0, s>>>(dy, argmax, dx, d, vec);
+    LAUNCH_CHECK();
+}
+
+/* 3x3 with stride 1 or 2 here; the rest is v3's. */
+template <typename T>
+static void backward(const T *dy, const uint8_t *argmax, T *dx, maxpool_dims d, cudaStream_t s)
+{
+    const bool fits = d.kh == 3 && d.kw == 3;
+    if (fits && d.s == 2)
+        backward_registers<T, 3, 2>(dy, argmax, dx, d, s);
+    else if (fits && d.s == 1)
+        backward_registers<T, 3, 1>(dy, argmax, dx, d, s);
+    else
+        maxpool_backward_v3(dy, argmax, dx, d, sizeof(T) == 4 ? DT_FP32 : DT_FP16, s);
+}
+
+MAXPOOL_BACKWARD_LAUNCHER(v4)
