@@ -219,6 +219,22 @@ static inline bool maxpool_2x2_path(const maxpool_dims &d, int outs, size_t elem
            d.w * (int64_t)element % 16 == 0 && aligned16(big) && aligned16(small);
 }
 
+/* A thread's 16 bytes of a row of dx, w0 .. w0 + V - 1: one 16-byte store where the row is
+ * whole and aligned (vec), else its first count elements one by one. */
+template <typename T>
+__device__ __forceinline__ void maxpool_store_inputs(T *__restrict__ row, const pack16<T> &v,
+                                                     bool vec, int count)
+{
+    if (vec) {
+        *reinterpret_cast<uint4 *>(row) = v.raw;
+    } else {
+#pragma unroll
+        for (int e = 0; e < pack16<T>::width; e++)
+            if (e < count)
+                row[e] = v.e[e];
+    }
+}
+
 /* Windows never overlap when the stride is at least the window: each input then lies in at
  * most one window, and the backward is a gather with one candidate per input. */
 static inline bool maxpool_disjoint_windows(const maxpool_dims &d)

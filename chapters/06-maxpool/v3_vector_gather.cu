@@ -116,15 +116,7 @@ __global__ void maxpool_backward_gather_vector(const T *__restrict__ dy,
             }
         }
 
-        T *out = dx + in_row * d.w + w0;
-        if (vec) {
-            *reinterpret_cast<uint4 *>(out) = g.raw;
-        } else {
-#pragma unroll
-            for (int e = 0; e < V; e++)
-                if (e < count)
-                    out[e] = g.e[e];
-        }
+        maxpool_store_inputs(dx + in_row * d.w + w0, g, vec, count);
     }
 }
 
@@ -192,15 +184,7 @@ __global__ void maxpool_backward_gather_overlap(const T *__restrict__ dy,
             }
         }
 
-        T *out = dx + in_row * d.w + w0;
-        if (vec) {
-            *reinterpret_cast<uint4 *>(out) = g.raw;
-        } else {
-#pragma unroll
-            for (int e = 0; e < V; e++)
-                if (e < count)
-                    out[e] = g.e[e];
-        }
+        maxpool_store_inputs(dx + in_row * d.w + w0, g, vec, count);
     }
 }
 

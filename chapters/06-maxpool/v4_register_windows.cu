@@ -180,15 +180,7 @@ __global__ void maxpool_backward_registers(const T *__restrict__ dy,
 #pragma unroll
         for (int e = 0; e < V; e++)
             out.e[e] = from_float<T>(sum[e]);
-        T *row = dx + in_row * d.w + w0;
-        if (vec) {
-            *reinterpret_cast<uint4 *>(row) = out.raw;
-        } else {
-#pragma unroll
-            for (int e = 0; e < V; e++)
-                if (e < count)
-                    row[e] = out.e[e];
-        }
+        maxpool_store_inputs(dx + in_row * d.w + w0, out, vec, count);
     }
 }
 
