@@ -189,21 +189,23 @@ __device__ __forceinline__ void maxpool_2x2_group(const maxpool_dims &d, int64_t
     }
 }
 
-/* Group t's 2 OUTS bits of argmax fields: half a byte (OUTS = 2), a byte or a 16-bit word. */
+/* Group t's 2 OUTS bits of argmax fields, as v3's backward reads them: half a byte (OUTS = 2,
+ * fp32) or a byte (OUTS = 4, fp16). */
 template <int OUTS> __device__ __forceinline__ unsigned maxpool_load_fields(const uint8_t *a,
                                                                              int64_t t)
 {
-    if constexpr (OUTS == 8)
-        return reinterpret_cast<const uint16_t *>(a)[t];
-    else if constexpr (OUTS == 4)
+    static_assert(OUTS == 2 || OUTS == 4, "the backward's groups fill 8 bytes of dy");
+    if constexpr (OUTS == 4)
         return a[t];
     else
         return a[t >> 1] >> (t & 1) * 4 & 0xf;
 }
 
+/* ... and as v2's forward stores them: a byte (OUTS = 4) or a 16-bit word (OUTS = 8, fp16). */
 template <int OUTS> __device__ __forceinline__ void maxpool_store_fields(uint8_t *a, int64_t t,
                                                                           unsigned fields)
 {
+    static_assert(OUTS == 4 || OUTS == 8, "4 outputs, or 16 bytes of fp16 y");
     if constexpr (OUTS == 8)
         reinterpret_cast<uint16_t *>(a)[t] = (uint16_t)fields;
     else

@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define MAXPOOL_MAX_WINDOW 255 /* window positions; 0xff marks an index never written */
+#define MAXPOOL_MAX_WINDOW 255 /* window positions: each fits an 8-bit field */
 
 struct maxpool_dims {
     int64_t n, c, h, w;   /* x */
