@@ -40,10 +40,15 @@ __device__ __forceinline__ float ce_nan()
 /* exp on the special-function unit: one FMUL and one MUFU.EX2. Its error grows with |v| (2 +
  * 1.2 |v| ulp), but every argument here is <= 0 and the large ones give values far below the
  * tolerance's absolute floor; where exp is near 1 it is as good as expf, at a quarter of the
- * instructions. That matters: the large preset needs 4e8 exps in under 200 us in fp16. */
+ * instructions. That matters: the large preset needs 4e8 exps in under 200 us in fp16. Written
+ * out, not __expf: that compiles to ex2.approx.f32, which keeps denormal results at the cost
+ * of a compare and two predicated multiplies around the MUFU.EX2; the .ftz form flushes
+ * results below 2^-126 to 0, far below any tolerance. */
 __device__ __forceinline__ float ce_exp(float v)
 {
-    return __expf(v);
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v * 1.4426950408889634f));
+    return r;
 }
 
 __device__ __forceinline__ float ce_row_loss(float m, float log_sum, float x_label)
@@ -55,6 +60,28 @@ __device__ __forceinline__ float ce_gradient(float v, float m, float log_sum, bo
                                              float inv_rows)
 {
     return (ce_exp((v - m) - log_sum) - (is_label ? 1.f : 0.f)) * inv_rows;
+}
+
+/* The gradient of a whole row at a time (v7): exp(v - m - log_sum) / N as ex2((v - m) log2(e)
+ * - (log_sum + ln N) log2(e)), one FADD, one FFMA and one MUFU.EX2 per logit where
+ * ce_gradient takes six instructions; the label's -1/N is applied once, by the thread that
+ * holds it. v - m is exact where it matters (v near m); the row's constant carries about
+ * 2^-24 |log_sum + ln N| of error, 1e-6 relative at the large preset. */
+struct ce_gradient_row {
+    float m, shift;
+};
+
+__device__ __forceinline__ ce_gradient_row ce_gradient_of_row(float m, float log_sum,
+                                                              float inv_rows)
+{
+    return {m, (log_sum - logf(inv_rows)) * 1.4426950408889634f};
+}
+
+__device__ __forceinline__ float ce_gradient_term(float v, ce_gradient_row g)
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaf(v - g.m, 1.4426950408889634f, -g.shift)));
+    return r;
 }
 
 /* ---- Reductions over a warp (v3 on). The xor butterfly leaves the same bits in every lane:
