@@ -47,11 +47,19 @@ __device__ __forceinline__ float ce_nan()
  * from the loop unroller, which priced it as unknown work and stopped unrolling loops of chapter
  * 03's v2 and v4 (its softmax_exp uses the compiler's builtin instead); every loop of this chapter
  * unrolls as it did with __expf. */
-__device__ __forceinline__ float ce_exp(float v)
+#define CE_LOG2E 1.4426950408889634f
+
+/* 2^x, results below 2^-126 flushed to 0: the one instruction every exp here comes down to. */
+__device__ __forceinline__ float ce_exp2(float x)
 {
     float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v * 1.4426950408889634f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
+}
+
+__device__ __forceinline__ float ce_exp(float v)
+{
+    return ce_exp2(v * CE_LOG2E);
 }
 
 __device__ __forceinline__ float ce_row_loss(float m, float log_sum, float x_label)
@@ -77,14 +85,12 @@ struct ce_gradient_row {
 __device__ __forceinline__ ce_gradient_row ce_gradient_of_row(float m, float log_sum,
                                                               float inv_rows)
 {
-    return {m, (log_sum - logf(inv_rows)) * 1.4426950408889634f};
+    return {m, (log_sum - logf(inv_rows)) * CE_LOG2E};
 }
 
 __device__ __forceinline__ float ce_gradient_term(float v, ce_gradient_row g)
 {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaf(v - g.m, 1.4426950408889634f, -g.shift)));
-    return r;
+    return ce_exp2(fmaf(v - g.m, CE_LOG2E, -g.shift));
 }
 
 /* ---- Reductions over a warp (v3 on). The xor butterfly leaves the same bits in every lane:
