@@ -325,12 +325,13 @@ static void check_shapes(const struct chapter *ch, const struct rung *r, int pas
 
 /* N = 1, 3 and the prime 257 against C = 1, 7, 1000 and 4099; then shapes at the edges of
  * the mappings: v3's one-block case and its spread, K = 32 and the streamed rows, grids past
- * CE_MAX_BLOCKS (70001 rows of a warp, 8200 rows of a block), v4's 1024-thread rows, and rows
+ * CE_MAX_BLOCKS (70001 rows of a warp, 8200 rows of a block), v4's 1024-thread rows, resident
+ * blocks walking several rows of over 8 slots a thread (v7's waits, 300x50001), and rows
  * too long for shared memory in fp32 (70001) and in fp16 (120007). */
 static const char *const shapes[] = {
     "1x1",     "1x7",     "1x1000",    "1x4099",    "3x1",      "3x7",     "3x1000",
     "3x4099",  "257x1",   "257x7",     "257x1000",  "257x4099", "33x10",   "8x1024",
-    "32x1025", "70001x3", "8200x1031", "3x30011",   "3x70001",  "2x120007",
+    "32x1025", "70001x3", "8200x1031", "3x30011",   "300x50001", "3x70001", "2x120007",
 };
 
 ParameterizedTestParameters(ce_gpu, rung_matches_reference)

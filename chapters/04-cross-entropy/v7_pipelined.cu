@@ -12,7 +12,12 @@
  *   - forward: right after its pass over its packs (its own max and sum, v4's online update),
  *     before the row's merge: the next row is loading while the block merges;
  *   - backward and fwd_bwd: pack by pack, right after it has written that pack's gradient, so
- *     the next row's reads overlap this row's writes.
+ *     the next row's reads overlap this row's writes. The same pass summarises the next row:
+ *     CE_LAG slots behind the refills, each slot's copy has landed and is read into the next
+ *     row's max and sum. Each refill is a copy group of its own, so "all but the newest CE_LAG
+ *     groups have landed" names the slot. By the end of the gradient pass the next row is
+ *     summarised but for its last CE_LAG slots, and its merge follows at once: no second pass
+ *     over the copy, and the wait between rows is one copy's latency.
  * The row's head and tail (up to 15 elements around its 16-byte-aligned packs) and its label
  * are loaded into registers one row ahead too. One barrier per row (the merge), with the merge's
  * scratch alternating between two buffers so that no second barrier is needed.
@@ -21,7 +26,8 @@
  * gradient is one FADD, one FFMA and one exp (ce_gradient_term), with the label's -1/N added
  * by the one thread that holds it.
  * What changed from v4: the copy is refilled as it is used, so a block always has loads in
- * flight; the head, tail and label are fetched a row early; fewer instructions per logit.
+ * flight; the gradient pass also summarises the next row; the head, tail and label are
+ * fetched a row early; fewer instructions per logit.
  * Expected: at the large preset 88% of the roof or more in every pass and both dtypes: the
  * forward (a read-only stream) and the backward (reads overlapping writes) no longer stop at
  * each row's merge. fp16 rows (100 KB) fit two blocks per SM, fp32 rows (201 KB) one.
@@ -36,36 +42,59 @@
 
 #define MAX_THREADS 1024
 
+#ifndef CE_LAG
+#define CE_LAG 2 /* gradient passes: slots refilled before the oldest refill is summarised */
+#endif
+
 static __device__ float partial_sums[CE_MAX_BLOCKS];
 static __device__ unsigned blocks_done;
 
 /* What a thread holds of a row besides its slots: the row's split, its label, and the head or
  * tail element whose index is this thread's (-FLT_MAX where there is none). */
-struct ce_row_ahead {
+struct ce_row_edges {
     ce_row_split split;
     int32_t label;
     float head_v, tail_v;
 };
 
-/* Starts fetching row r: this thread's packs from `first_pack` on into their slots, its head
- * and tail elements and the label into registers. The caller commits. */
+/* Loads row r's split, label, and this thread's head and tail elements into registers. */
 template <typename T>
-__device__ __forceinline__ ce_row_ahead ce_fetch_row(const T *x, const int32_t *labels, size_t r,
-                                                     int n_classes, uint4 *ring, int first_pack)
+__device__ __forceinline__ ce_row_edges ce_fetch_edges(const T *x, const int32_t *labels,
+                                                       size_t r, int n_classes)
 {
     const int t = threadIdx.x;
     const T *xr = x + r * (size_t)n_classes;
-    ce_row_ahead a;
-    a.split = ce_split_row(xr, n_classes);
-    a.label = labels[r];
-    const uint4 *packs = reinterpret_cast<const uint4 *>(xr + a.split.head);
-    for (int q = first_pack; q < a.split.n_packs; q += blockDim.x)
-        kl_copy16_async(ring + q, packs + q);
-    a.head_v = t < a.split.head ? to_float(xr[t]) : -FLT_MAX;
-    a.tail_v = t < a.split.tail
-                   ? to_float(xr[a.split.head + a.split.n_packs * pack16<T>::width + t])
+    ce_row_edges e;
+    e.split = ce_split_row(xr, n_classes);
+    e.label = labels[r];
+    e.head_v = t < e.split.head ? to_float(xr[t]) : -FLT_MAX;
+    e.tail_v = t < e.split.tail
+                   ? to_float(xr[e.split.head + e.split.n_packs * pack16<T>::width + t])
                    : -FLT_MAX;
-    return a;
+    return e;
+}
+
+/* Row r's 16-byte packs and their number (none past the last row). */
+template <typename T>
+__device__ __forceinline__ const uint4 *ce_row_packs(const T *x, size_t r, size_t n_rows,
+                                                     int n_classes, int *n_packs)
+{
+    const T *xr = x + (r < n_rows ? r : 0) * (size_t)n_classes;
+    const ce_row_split s = ce_split_row(xr, n_classes);
+    *n_packs = r < n_rows ? s.n_packs : 0;
+    return reinterpret_cast<const uint4 *>(xr + s.head);
+}
+
+/* Refills slot q with pack q of a row, as a copy group of its own, empty where the row has no
+ * pack q: every thread commits exactly one group per slot it owns per row, so the k-th group
+ * it committed is always its k-th slot, and "all but the newest n groups have landed" names
+ * the slots that may be read. */
+__device__ __forceinline__ void ce_refill_slot(uint4 *ring, const uint4 *packs, int q,
+                                               int n_packs)
+{
+    if (q < n_packs)
+        kl_copy16_async(ring + q, packs + q);
+    kl_copies_commit();
 }
 
 /* The block's (m, s), returned to every thread, after one barrier. part alternates between two
@@ -82,122 +111,219 @@ __device__ __forceinline__ ce_online ce_block_merge_alternating(ce_online (*part
     return ce_warp_merge(lane < warps ? part[i & 1][lane] : ce_online_empty());
 }
 
-template <typename T, bool LOSS, bool GRAD>
-__global__ void __launch_bounds__(MAX_THREADS)
-    ce_pipelined_rows(const T *__restrict__ x, const int32_t *__restrict__ labels,
-                      float *__restrict__ loss, T *__restrict__ dx, size_t n_rows, int n_classes,
-                      float inv_rows)
+template <typename T> __device__ __forceinline__ void ce_unpack(uint4 raw, float *f)
 {
-    using pack = pack16<T>;
-    constexpr int W = pack::width;
+    pack16<T> pk;
+    pk.raw = raw;
+#pragma unroll
+    for (int j = 0; j < pack16<T>::width; j++)
+        f[j] = to_float(pk.e[j]);
+}
+
+/* Slot q into the summary, where the row has a pack q. */
+template <typename T>
+__device__ __forceinline__ ce_online ce_push_slot(ce_online st, const uint4 *ring, int q,
+                                                  int n_packs)
+{
+    if (q < n_packs) {
+        float f[pack16<T>::width];
+        ce_unpack<T>(ring[q], f);
+        st = ce_online_push<pack16<T>::width>(st, f);
+    }
+    return st;
+}
+
+/* The row's head and tail elements into the summary. */
+__device__ __forceinline__ ce_online ce_push_edges(ce_online st, const ce_row_edges &e)
+{
+    if ((int)threadIdx.x < e.split.head)
+        st = ce_online_push<1>(st, &e.head_v);
+    if ((int)threadIdx.x < e.split.tail)
+        st = ce_online_push<1>(st, &e.tail_v);
+    return st;
+}
+
+/* The label's logit, if it is the one at `at` (0 to W - 1) of these W. */
+template <int W>
+__device__ __forceinline__ void ce_pick_label(const float *f, int at, float *x_label,
+                                              bool *has_label)
+{
+    if ((unsigned)at < (unsigned)W) {
+#pragma unroll
+        for (int j = 0; j < W; j++)
+            *x_label = j == at ? f[j] : *x_label;
+        *has_label = true;
+    }
+}
+
+/* The label's logit, if it is this thread's head or tail element. */
+__device__ __forceinline__ void ce_pick_label_edges(const ce_row_edges &e, int W, float *x_label,
+                                                    bool *has_label)
+{
+    const int t = threadIdx.x;
+    ce_pick_label<1>(&e.head_v, t < e.split.head ? e.label - t : -1, x_label, has_label);
+    ce_pick_label<1>(&e.tail_v,
+                     t < e.split.tail ? e.label - (e.split.head + e.split.n_packs * W + t) : -1,
+                     x_label, has_label);
+}
+
+/* Forward: one pass a row. A thread waits for its slots of the row, summarises them, and at
+ * once refills them with the next row's packs, before the row's merge: the next row streams in
+ * while the block merges and while the other block on the SM, if any, works. (Refilling each
+ * slot as soon as it is read, inside the pass, ran slower: 72% against 83% of the roof in fp16
+ * at the large preset.) */
+template <typename T>
+__global__ void __launch_bounds__(MAX_THREADS)
+    ce_pipelined_loss(const T *__restrict__ x, const int32_t *__restrict__ labels,
+                      float *__restrict__ loss, size_t n_rows, int n_classes)
+{
+    constexpr int W = pack16<T>::width;
     extern __shared__ uint4 ring[];
     __shared__ ce_online part[2][32];
     const int t = threadIdx.x, G = blockDim.x;
-    float loss_sum = 0.f; /* this thread's loss terms */
+    float loss_sum = 0.f;
 
     size_t row = blockIdx.x;
-    ce_row_ahead ahead = {};
-    if (row < n_rows)
-        ahead = ce_fetch_row(x, labels, row, n_classes, ring, t);
+    int n_packs;
+    const uint4 *packs = ce_row_packs(x, row, n_rows, n_classes, &n_packs);
+    for (int q = t; q < n_packs; q += G)
+        kl_copy16_async(ring + q, packs + q);
     kl_copies_commit();
+    ce_row_edges ahead = {};
+    if (row < n_rows)
+        ahead = ce_fetch_edges(x, labels, row, n_classes);
     for (int i = 0; row < n_rows; i++, row += gridDim.x) {
-        const ce_row_ahead cur = ahead;
+        const ce_row_edges cur = ahead;
         const size_t next = row + gridDim.x;
-        const int32_t label = cur.label;
-        const bool ok = ce_label_ok(label, n_classes);
-        const int body = ok ? label - cur.split.head : -1; /* the label among the packs */
-        kl_copies_wait<0>();                       /* this thread's slots hold row `row` */
-
-        /* This thread's summary, and the label's logit if it holds it. */
+        const bool ok = ce_label_ok(cur.label, n_classes);
+        const int body = ok ? cur.label - cur.split.head : -1; /* the label among the packs */
+        packs = ce_row_packs(x, next, n_rows, n_classes, &n_packs);
         ce_online st = ce_online_empty();
         float x_label = 0.f;
         bool has_label = false;
+        kl_copies_wait<0>(); /* this thread's slots hold the row */
         for (int q = t; q < cur.split.n_packs; q += G) {
-            pack pk;
-            pk.raw = ring[q];
             float f[W];
-#pragma unroll
-            for (int j = 0; j < W; j++)
-                f[j] = to_float(pk.e[j]);
-            const int at = body - q * W; /* the label's place in this pack, if it is here */
-            if (LOSS && (unsigned)at < (unsigned)W) {
-#pragma unroll
-                for (int j = 0; j < W; j++)
-                    x_label = j == at ? f[j] : x_label;
-                has_label = true;
-            }
+            ce_unpack<T>(ring[q], f);
+            ce_pick_label<W>(f, body - q * W, &x_label, &has_label);
             st = ce_online_push<W>(st, f);
         }
-        if (t < cur.split.head) {
-            st = ce_online_push<1>(st, &cur.head_v);
-            if (LOSS && t == label) {
-                x_label = cur.head_v;
-                has_label = true;
-            }
-        }
-        if (t < cur.split.tail) {
-            st = ce_online_push<1>(st, &cur.tail_v);
-            if (LOSS && cur.split.head + cur.split.n_packs * W + t == label) {
-                x_label = cur.tail_v;
-                has_label = true;
-            }
-        }
-        /* Forward only: the slots are read, so the next row may come in during the merge. */
-        if (!GRAD) {
-            if (next < n_rows)
-                ahead = ce_fetch_row(x, labels, next, n_classes, ring, t);
-            kl_copies_commit();
-        }
+        st = ce_push_edges(st, cur);
+        if (ok)
+            ce_pick_label_edges(cur, W, &x_label, &has_label);
+        for (int q = t; q < n_packs; q += G)
+            kl_copy16_async(ring + q, packs + q);
+        kl_copies_commit();
+        if (next < n_rows)
+            ahead = ce_fetch_edges(x, labels, next, n_classes);
 
         const ce_online rs = ce_block_merge_alternating(part, i, st);
+        if (has_label)
+            loss_sum += ce_row_loss(rs.m, logf(rs.s), x_label);
+        if (!ok && t == 0)
+            loss_sum += ce_nan();
+    }
+    ce_finish_mean(ce_block_sum(loss_sum), loss, n_rows, partial_sums, &blocks_done);
+}
+
+/* Backward, and forward with backward: the row's summary must be complete before its gradient
+ * can be written, so the gradient pass over row r does double duty. Slot q is turned into
+ * dx, refilled with pack q of row r + 1, and CE_LAG slots later, its copy landed, summarised
+ * for row r + 1: by the end of the pass, row r + 1 is summarised but for its last CE_LAG slots,
+ * and the block merges it at once. The loss, if asked for, is taken from the logits as the
+ * gradient pass reads them. */
+template <typename T, bool LOSS>
+__global__ void __launch_bounds__(MAX_THREADS)
+    ce_pipelined_grad(const T *__restrict__ x, const int32_t *__restrict__ labels,
+                      float *__restrict__ loss, T *__restrict__ dx, size_t n_rows,
+                      int n_classes, int n_slots, float inv_rows)
+{
+    constexpr int W = pack16<T>::width;
+    extern __shared__ uint4 ring[];
+    __shared__ ce_online part[2][32];
+    const int t = threadIdx.x, G = blockDim.x;
+    float loss_sum = 0.f;
+
+    /* The block's first row, summarised once all of it has landed. */
+    size_t row = blockIdx.x;
+    int n_packs;
+    const uint4 *packs = ce_row_packs(x, row, n_rows, n_classes, &n_packs);
+    for (int q = t; q < n_slots; q += G)
+        ce_refill_slot(ring, packs, q, n_packs);
+    ce_row_edges ahead = {};
+    if (row < n_rows)
+        ahead = ce_fetch_edges(x, labels, row, n_classes);
+    kl_copies_wait<0>();
+    ce_online st = ce_online_empty();
+    for (int q = t; q < n_slots; q += G)
+        st = ce_push_slot<T>(st, ring, q, n_packs);
+    st = ce_push_edges(st, ahead);
+
+    for (int i = 0; row < n_rows; i++, row += gridDim.x) {
+        const ce_row_edges cur = ahead;
+        const size_t next = row + gridDim.x;
+        const bool ok = ce_label_ok(cur.label, n_classes);
+        const int body = ok ? cur.label - cur.split.head : -1;
+        const ce_online rs = ce_block_merge_alternating(part, i, st);
         const float log_sum = logf(rs.s);
-        if (LOSS) {
-            if (has_label && ok)
-                loss_sum += ce_row_loss(rs.m, log_sum, x_label);
-            if (!ok && t == 0)
-                loss_sum += ce_nan();
-        }
-        if (GRAD) {
-            T *dr = dx + row * (size_t)n_classes;
-            uint4 *dp = reinterpret_cast<uint4 *>(dr + cur.split.head);
-            /* The next row's packs, refilled slot by slot behind the gradient. */
-            const T *xn = next < n_rows ? x + next * (size_t)n_classes : x;
-            const ce_row_split ns = next < n_rows ? ce_split_row(xn, n_classes) : ce_row_split{};
-            const uint4 *np = reinterpret_cast<const uint4 *>(xn + ns.head);
-            const ce_gradient_row g = ce_gradient_of_row(rs.m, log_sum, inv_rows);
-            int q = t;
-            for (; q < cur.split.n_packs; q += G) {
-                pack pk;
-                pk.raw = ring[q];
+        const ce_gradient_row g = ce_gradient_of_row(rs.m, log_sum, inv_rows);
+        if (next < n_rows)
+            ahead = ce_fetch_edges(x, labels, next, n_classes);
+        packs = ce_row_packs(x, next, n_rows, n_classes, &n_packs);
+
+        T *dr = dx + row * (size_t)n_classes;
+        uint4 *dp = reinterpret_cast<uint4 *>(dr + cur.split.head);
+        float x_label = 0.f;
+        bool has_label = false;
+        st = ce_online_empty();
+        int lagging = t; /* the next row's oldest refilled slot not yet summarised */
+        for (int q = t, k = 0; q < n_slots; q += G, k++) {
+            if (q < cur.split.n_packs) {
                 float f[W];
+                ce_unpack<T>(ring[q], f);
+                const int at = body - q * W; /* the label's place in this pack, if it is here */
+                if (LOSS)
+                    ce_pick_label<W>(f, at, &x_label, &has_label);
 #pragma unroll
                 for (int j = 0; j < W; j++)
-                    f[j] = ce_gradient_term(to_float(pk.e[j]), g);
-                const int at = body - q * W;
+                    f[j] = ce_gradient_term(f[j], g);
                 if ((unsigned)at < (unsigned)W)
 #pragma unroll
                     for (int j = 0; j < W; j++)
                         f[j] -= j == at ? inv_rows : 0.f;
+                pack16<T> pk;
 #pragma unroll
                 for (int j = 0; j < W; j++)
                     pk.e[j] = from_float<T>(ok ? f[j] : ce_nan());
                 dp[q] = pk.raw;
-                if (q < ns.n_packs)
-                    kl_copy16_async(ring + q, np + q);
             }
-            for (; q < ns.n_packs; q += G) /* the next row may have one pack more */
-                kl_copy16_async(ring + q, np + q);
-            if (t < cur.split.head)
-                dr[t] = from_float<T>(
-                    ok ? ce_gradient(cur.head_v, rs.m, log_sum, t == label, inv_rows) : ce_nan());
-            if (t < cur.split.tail) {
-                const int c = cur.split.head + cur.split.n_packs * W + t;
-                dr[c] = from_float<T>(
-                    ok ? ce_gradient(cur.tail_v, rs.m, log_sum, c == label, inv_rows) : ce_nan());
+            ce_refill_slot(ring, packs, q, n_packs);
+            if (k >= CE_LAG) {
+                kl_copies_wait<CE_LAG>();
+                st = ce_push_slot<T>(st, ring, lagging, n_packs);
+                lagging += G;
             }
-            if (next < n_rows)
-                ahead = ce_fetch_row(x, labels, next, n_classes, ring, ns.n_packs);
-            kl_copies_commit();
+        }
+        kl_copies_wait<0>();
+        for (; lagging < n_slots; lagging += G)
+            st = ce_push_slot<T>(st, ring, lagging, n_packs);
+        st = ce_push_edges(st, ahead); /* unused after the last row */
+
+        if (t < cur.split.head)
+            dr[t] = from_float<T>(
+                ok ? ce_gradient(cur.head_v, rs.m, log_sum, t == cur.label, inv_rows) : ce_nan());
+        if (t < cur.split.tail) {
+            const int c = cur.split.head + cur.split.n_packs * W + t;
+            dr[c] = from_float<T>(
+                ok ? ce_gradient(cur.tail_v, rs.m, log_sum, c == cur.label, inv_rows) : ce_nan());
+        }
+        if (LOSS) {
+            if (ok)
+                ce_pick_label_edges(cur, W, &x_label, &has_label);
+            if (has_label)
+                loss_sum += ce_row_loss(rs.m, log_sum, x_label);
+            if (!ok && t == 0)
+                loss_sum += ce_nan();
         }
     }
     if (LOSS)
@@ -206,34 +332,64 @@ __global__ void __launch_bounds__(MAX_THREADS)
 
 /* ---- host ---- */
 
-template <typename T, bool LOSS, bool GRAD> static size_t ring_room()
+/* Threads and blocks for a ring of ring_bytes: one block per SM when the ring takes over half
+ * an SM's shared memory, given every thread; else 512 threads and as many blocks as fit. */
+static void ring_grid(const void *kernel, size_t ring_bytes, size_t n_rows, int *threads,
+                      unsigned *blocks)
 {
-    static size_t room = 0;
-    if (!room)
-        room = kl_grant_shared_memory((const void *)ce_pipelined_rows<T, LOSS, GRAD>);
-    return room;
-}
-
-template <typename T, bool LOSS, bool GRAD>
-static bool launch_pass(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
-                        int n_classes, cudaStream_t s)
-{
-    const size_t ring_bytes = ((size_t)n_classes / pack16<T>::width + 1) * 16;
-    if (ring_bytes > ring_room<T, LOSS, GRAD>())
-        return false;
     int dev, per_sm_bytes, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(
         cudaDeviceGetAttribute(&per_sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    /* One block per SM when the ring takes over half its shared memory: give it every thread. */
-    const int threads = 2 * (ring_bytes + 1024) > (size_t)per_sm_bytes ? MAX_THREADS : 512;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, ce_pipelined_rows<T, LOSS, GRAD>, threads, ring_bytes));
-    size_t blocks = (size_t)ce_sm_count() * (size_t)(per_sm > 0 ? per_sm : 1);
-    blocks = blocks < n_rows ? blocks : n_rows;
-    blocks = blocks < CE_MAX_BLOCKS ? blocks : CE_MAX_BLOCKS;
-    ce_pipelined_rows<T, LOSS, GRAD><<<(unsigned)blocks, threads, ring_bytes, s>>>(
-        x, labels, loss, dx, n_rows, n_classes, 1.f / (float)n_rows);
+    *threads = 2 * (ring_bytes + 1024) > (size_t)per_sm_bytes ? MAX_THREADS : 512;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, *threads,
+                                                             ring_bytes));
+    size_t b = (size_t)ce_sm_count() * (size_t)(per_sm > 0 ? per_sm : 1);
+    b = b < n_rows ? b : n_rows;
+    *blocks = (unsigned)(b < CE_MAX_BLOCKS ? b : CE_MAX_BLOCKS);
+}
+
+/* The dynamic shared memory a kernel may have, asked for once. */
+static size_t ring_room(const void *kernel, size_t *room)
+{
+    if (!*room)
+        *room = kl_grant_shared_memory(kernel);
+    return *room;
+}
+
+template <typename T>
+static bool launch_loss(const T *x, const int32_t *labels, float *loss, size_t n_rows,
+                        int n_classes, cudaStream_t s)
+{
+    static size_t room = 0;
+    const void *kernel = (const void *)ce_pipelined_loss<T>;
+    const int n_slots = n_classes / pack16<T>::width + 1;
+    const size_t ring_bytes = (size_t)n_slots * 16;
+    if (ring_bytes > ring_room(kernel, &room))
+        return false;
+    int threads;
+    unsigned blocks;
+    ring_grid(kernel, ring_bytes, n_rows, &threads, &blocks);
+    ce_pipelined_loss<T><<<blocks, threads, ring_bytes, s>>>(x, labels, loss, n_rows, n_classes);
+    LAUNCH_CHECK();
+    return true;
+}
+
+template <typename T, bool LOSS>
+static bool launch_grad(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
+                        int n_classes, cudaStream_t s)
+{
+    static size_t room = 0;
+    const void *kernel = (const void *)ce_pipelined_grad<T, LOSS>;
+    const int n_slots = n_classes / pack16<T>::width + 1;
+    const size_t ring_bytes = (size_t)n_slots * 16;
+    if (ring_bytes > ring_room(kernel, &room))
+        return false;
+    int threads;
+    unsigned blocks;
+    ring_grid(kernel, ring_bytes, n_rows, &threads, &blocks);
+    ce_pipelined_grad<T, LOSS><<<blocks, threads, ring_bytes, s>>>(
+        x, labels, loss, dx, n_rows, n_classes, n_slots, 1.f / (float)n_rows);
     LAUNCH_CHECK();
     return true;
 }
@@ -247,10 +403,10 @@ static bool launch(const T *x, const int32_t *labels, float *loss, T *dx, size_t
     if (dx && ((uintptr_t)x & 15) != ((uintptr_t)dx & 15))
         return false;
     if (loss && dx)
-        return launch_pass<T, true, true>(x, labels, loss, dx, n_rows, (int)n_classes, s);
+        return launch_grad<T, true>(x, labels, loss, dx, n_rows, (int)n_classes, s);
     if (loss)
-        return launch_pass<T, true, false>(x, labels, loss, dx, n_rows, (int)n_classes, s);
-    return launch_pass<T, false, true>(x, labels, loss, dx, n_rows, (int)n_classes, s);
+        return launch_loss(x, labels, loss, n_rows, (int)n_classes, s);
+    return launch_grad<T, false>(x, labels, loss, dx, n_rows, (int)n_classes, s);
 }
 
 extern "C" void ce_v7(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,

@@ -1,4 +1,4 @@
-/* v7, warp tiles and double-buffered shared memory.
+/* v7, warp tiles and a copy pipeline that bypasses the registers.
  *
  * Idea: two changes to v6, both about waiting.
  *   - Warp tiles. v6 hands each thread an 8 x 8 block of C in a row of threads, so a warp's 32
@@ -7,123 +7,393 @@
  *     sub-blocks at rows 4r and 32 + 4r, columns 4c and 16 + 4c of it. At each step along K a
  *     warp then reads 64 floats of A and 32 of B from shared memory, as 16-byte loads that are
  *     either the same address (a broadcast) or neighbouring ones: no bank conflicts, 4 loads
- *     for 64 FMAs.
- *   - Double buffering. Two copies of each tile in shared memory: while the warps multiply
- *     from one, the next tile's global loads are already in flight into registers, and are
- *     stored into the other copy after the multiplications. One barrier per tile of K instead
- *     of two, and the global loads' latency hides behind 16 steps of arithmetic.
- * Tiles are 128 x 128 of C and 16 deep in K; 256 threads; A's tile stored transposed and the
- * loads 4 wide where the rows allow, element by element at the edges (v6's helpers).
- * What changed from v6: the thread-to-output map (warp tiles), a second buffer, BK 8 -> 16.
- * Expected: 85-95% of cuBLAS SGEMM at 4096 and 8192 in fp32; the best ordinary-core rung.
- * Limits: as v1; the fast path needs K % 4 == 0 and N % 4 == 0. */
+ *     for 64 FFMAs.
+ *   - Copies in flight while the warps multiply. cp.async (compute capability 8.0 on) copies
+ *     global memory straight into shared memory: the next tile travels while this one is
+ *     multiplied, and no register holds it on the way. B's tile goes 16 bytes a copy; A's tile,
+ *     stored transposed so that a step's column of A is one 16-byte load, goes 4 bytes a copy,
+ *     each element to its transposed place: the 8 lanes of a row read one 32-byte sector, and
+ *     rows of 128 + 4 floats keep the warp's 32 stores on 32 different banks. Out-of-range
+ *     elements use the copy's zero-fill form, so the edges need no second path in fp32. One
+ *     barrier per tile; the next depth's operands are read from shared memory while this
+ *     depth's 64 FFMAs run, across the tile boundary too.
+ * Tiles are 128 x 128 of C and 16 deep in K, two stages (33 KB); 256 threads. fp16 tiles are
+ * widened on the way, so they still pass through registers (fetched before a tile's
+ * arithmetic, stored after it).
+ * Registers: 64 accumulators, 2 x 16 operands, addresses; no staging. Held to 128
+ * (__launch_bounds__(256, 2)) without spilling in fp32: two blocks, 16 warps an SM, to hide
+ * shared-memory latency and the barrier. v6's global loads and shared stores (10 an element
+ * run) become 10 copies a tile per thread that cost no registers and no wait.
+ * What changed from v6: the thread-to-output map (warp tiles), a second buffer filled by
+ * cp.async, BK 8 -> 16, two blocks an SM.
+ * Expected: 90% of cuBLAS SGEMM at 4096 and 8192 in fp32; the best ordinary-core rung.
+ * Limits: as v1; B's 16-byte copies need N % 4 == 0 and an aligned B (else 4-byte copies);
+ * the 4-wide stores of C need the same of C. Below compute capability 8.0 the copies are plain
+ * loads and stores.
+ * Knobs (-D at build time, for tuning): V7_BM, V7_BN, V7_BK, V7_WARPS_M, V7_WARPS_N,
+ * V7_STAGES, V7_A_REGS, V7_FRAGMENTS, V7_MIN_BLOCKS; the defaults are the tiles above. */
+#include "async_copy.cuh"
+#include "launch.cuh"
 #include "matmul.cuh"
 
-#define BM 128
-#define BN 128
-#define BK 16
-#define WM 64 /* a warp's tile of C */
-#define WN 32
-#define THREADS 256 /* 8 warps: 2 down, 4 across */
-#define LOADS 2     /* 4-element runs of each tile a thread loads: 128 x 16 / (256 x 4) */
+#ifndef V7_BM
+#define V7_BM 128 /* block tile of C */
+#endif
+#ifndef V7_BN
+#define V7_BN 128
+#endif
+#ifndef V7_BK
+#define V7_BK 16 /* depth of one stage */
+#endif
+#ifndef V7_WARPS_M
+#define V7_WARPS_M 2 /* the block's warps: V7_WARPS_M down, V7_WARPS_N across */
+#endif
+#ifndef V7_WARPS_N
+#define V7_WARPS_N 4
+#endif
+#ifndef V7_STAGES
+#define V7_STAGES 2 /* tiles of A and B in shared memory at once */
+#endif
+#ifndef V7_A_REGS
+#define V7_A_REGS 0 /* 1: A's tile through registers, 4 wide; 0: copied by element */
+#endif
+#ifndef V7_FRAGMENTS
+#define V7_FRAGMENTS 2 /* 2: the next depth's operands load while this one multiplies */
+#endif
+#ifndef V7_MIN_BLOCKS
+#define V7_MIN_BLOCKS 2 /* blocks per SM asked of the register allocator */
+#endif
 
-struct tile_regs {
-    float4 a[LOADS], b[LOADS];
+#define THREADS (V7_WARPS_M * V7_WARPS_N * 32)
+#define WM (V7_BM / V7_WARPS_M) /* a warp's tile of C */
+#define WN (V7_BN / V7_WARPS_N)
+#define TM (WM / 8) /* a thread's outputs: TM rows (runs of 4, 32 apart) */
+#define TN (WN / 4) /* by TN columns (runs of 4, 16 apart) */
+#define A_LD (V7_BM + 4) /* a row of A's transposed tile: padded, see copy_a */
+#if V7_A_REGS
+#define A_WIDTH 4 /* a thread's elements of A: runs of A_WIDTH along K ... */
+#define A_LANES (V7_BK / 4)
+#else
+#define A_WIDTH 1
+#define A_LANES 8
+#endif
+#define A_STEP (THREADS / A_LANES)    /* ... in rows A_STEP apart ... */
+#define A_ROWS (V7_BM / A_STEP)       /* ... A_ROWS of them ... */
+#define A_COLS (V7_BK / (A_LANES * A_WIDTH)) /* ... at this many depths */
+#define B_RUNS (V7_BN / 4)            /* 4-element runs in a row of B's tile */
+#define B_STEP (THREADS / B_RUNS)     /* rows of B between a thread's runs */
+#define B_ROWS (V7_BK / B_STEP)       /* runs of B's tile a thread copies */
+#define STAGE_FLOATS (V7_BK * (A_LD + V7_BN))
+#define SMEM_BYTES (V7_STAGES * STAGE_FLOATS * 4)
+
+static_assert(WM % 32 == 0 && WN % 16 == 0, "a lane's outputs are whole 4 x 4 blocks");
+static_assert(V7_BK % (A_LANES * A_WIDTH) == 0 && V7_BM % A_STEP == 0, "A's tile: whole rounds of copies");
+static_assert(THREADS % B_RUNS == 0 && V7_BK % B_STEP == 0, "B's tile: whole rounds of copies");
+static_assert(V7_STAGES >= 2, "a ring needs two stages");
+
+/* ---- Copies into shared memory that bypass the registers; src_bytes 0 writes zeros. Below
+ * compute capability 8.0 they are an ordinary load and store. ---- */
+__device__ __forceinline__ void copy4_async(float *dst, const float *src, bool in)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(in ? 4 : 0)
+                 : "memory");
+#else
+    *dst = in ? *src : 0.f;
+#endif
+}
+
+__device__ __forceinline__ void copy16_async(float *dst, const float *src, bool in)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(in ? 16 : 0)
+                 : "memory");
+#else
+    *reinterpret_cast<float4 *>(dst) =
+        in ? *reinterpret_cast<const float4 *>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
+}
+
+/* Where a thread's elements of the tiles lie, fixed for the whole of K but for the depth p0.
+ * A: rows t / A_LANES + i A_STEP of the block's, depths p0 + A_WIDTH (t % A_LANES) +
+ *    A_LANES A_WIDTH j, A_WIDTH elements each (one, or a 4-wide run with V7_A_REGS);
+ * B: rows p0 + t / B_RUNS + l B_STEP, columns 4 (t % B_RUNS) .. + 3 of the block's. What does
+ * not change along K (the start, whether a row of A or the columns of B lie inside) is worked
+ * out once, so that a tile's copies cost a compare and an add each. */
+template <typename T> struct tile_runs {
+    const T *a, *b;   /* A[row0 + t / A_LANES][A_WIDTH (t % A_LANES)], B[t / B_RUNS][...] */
+    int64_t a_step;   /* A_STEP rows of A */
+    int k, n;         /* main.cu keeps K below 2^31 and N far below */
+    int a_col, b_row; /* A_WIDTH (t % A_LANES), t / B_RUNS */
+    unsigned a_rows_in; /* bit i: row t / A_LANES + i A_STEP lies inside M */
+    int b_cols_in;    /* of the run's 4 columns, how many lie inside N */
+    bool vec_a, vec_b;
+    int a_dst, b_dst; /* the thread's first element in a stage of shared memory */
 };
 
-/* The thread's runs of the tiles at depth p0: A rows idx / 4, columns 4 (idx % 4); B rows
- * idx / 32, columns 4 (idx % 32), for idx = t and t + 256. */
 template <typename T>
-__device__ __forceinline__ tile_regs load_tiles(const T *a, const T *b, int64_t m, int64_t n,
+__device__ __forceinline__ tile_runs<T> runs_of(const T *a, const T *b, int64_t m, int64_t n,
                                                 int64_t k, int64_t row0, int64_t col0,
-                                                int64_t p0, bool vec_a, bool vec_b)
+                                                bool vec_a, bool vec_b)
 {
-    tile_regs r;
+    const int t = threadIdx.x;
+    tile_runs<T> r;
+    const int64_t a_row = row0 + t / A_LANES;
+    const int64_t b_col = col0 + (t % B_RUNS) * 4;
+    r.a_col = (t % A_LANES) * A_WIDTH;
+    r.b_row = t / B_RUNS;
+    r.a = a + a_row * k + r.a_col;
+    r.b = b + (int64_t)r.b_row * n + b_col;
+    r.a_step = (int64_t)A_STEP * k;
+    r.k = (int)k;
+    r.n = (int)n;
+    r.a_rows_in = 0;
 #pragma unroll
-    for (int l = 0; l < LOADS; l++) {
-        const int idx = threadIdx.x + l * THREADS;
-        r.a[l] = matmul_load4(a, m, k, row0 + idx / (BK / 4), p0 + (idx % (BK / 4)) * 4, vec_a);
-        r.b[l] = matmul_load4(b, k, n, p0 + idx / (BN / 4), col0 + (idx % (BN / 4)) * 4, vec_b);
-    }
+    for (int i = 0; i < A_ROWS; i++)
+        r.a_rows_in |= (a_row + i * A_STEP < m ? 1u : 0u) << i;
+    const int64_t cols_left = n - b_col;
+    r.b_cols_in = cols_left < 0 ? 0 : cols_left > 4 ? 4 : (int)cols_left;
+    r.vec_a = vec_a;
+    r.vec_b = vec_b;
+    r.a_dst = r.a_col * A_LD + t / A_LANES;
+    r.b_dst = V7_BK * A_LD + r.b_row * V7_BN + (t % B_RUNS) * 4;
     return r;
 }
 
-__device__ __forceinline__ void store_tiles(const tile_regs &r, float (*a_tile)[BM],
-                                            float (*b_tile)[BN])
+/* Which operand goes how: fp32 tiles are copied without passing through registers (B 16 bytes
+ * at a time where N allows, else by element; A by element, transposed on the way, or 4 wide through registers with V7_A_REGS);
+ * fp16 ones are widened on the way, so they pass through registers: fetched before a tile's
+ * arithmetic and stored into shared memory after it. */
+template <typename T> struct route {
+    static constexpr bool a_async = sizeof(T) == 4 && !V7_A_REGS, b_async = sizeof(T) == 4;
+};
+
+template <typename T>
+__device__ __forceinline__ void copy_tiles(const tile_runs<T> &r, float *stage, int p0)
 {
+    if constexpr (route<T>::a_async) {
 #pragma unroll
-    for (int l = 0; l < LOADS; l++) {
-        const int idx = threadIdx.x + l * THREADS;
-        const int ar = idx / (BK / 4), ac = (idx % (BK / 4)) * 4; /* A transposed */
-        a_tile[ac + 0][ar] = r.a[l].x;
-        a_tile[ac + 1][ar] = r.a[l].y;
-        a_tile[ac + 2][ar] = r.a[l].z;
-        a_tile[ac + 3][ar] = r.a[l].w;
-        *reinterpret_cast<float4 *>(&b_tile[idx / (BN / 4)][(idx % (BN / 4)) * 4]) = r.b[l];
+        for (int j = 0; j < A_COLS; j++) {
+            const bool col_in = p0 + r.a_col + 8 * j < r.k;
+#pragma unroll
+            for (int i = 0; i < A_ROWS; i++)
+                copy4_async(stage + r.a_dst + 8 * j * A_LD + i * A_STEP,
+                            r.a + i * r.a_step + p0 + 8 * j, col_in && (r.a_rows_in >> i & 1));
+        }
+    }
+    if constexpr (route<T>::b_async) {
+#pragma unroll
+        for (int l = 0; l < B_ROWS; l++) {
+            const int row = p0 + r.b_row + l * B_STEP;
+            const float *src = r.b + (int64_t)(p0 + l * B_STEP) * r.n;
+            float *dst = stage + r.b_dst + l * B_STEP * V7_BN;
+            const int in = row < r.k ? r.b_cols_in : 0;
+            if (r.vec_b) {
+                copy16_async(dst, src, in == 4);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    copy4_async(dst + e, src + e, e < in);
+            }
+        }
+    }
+}
+
+/* 4 elements of a run, `in` of which (counted from the first; none if `in` <= 0) lie inside
+ * the matrix: one wide load when all four do and the rows allow it, else element by element. */
+template <typename T>
+__device__ __forceinline__ float4 run_load4(const T *p, int in, bool vec)
+{
+    if (vec && in >= 4) {
+        if constexpr (sizeof(T) == 4) {
+            return *reinterpret_cast<const float4 *>(p);
+        } else {
+            const uint2 raw = *reinterpret_cast<const uint2 *>(p);
+            const float2 l = __half22float2(*reinterpret_cast<const __half2 *>(&raw.x));
+            const float2 h = __half22float2(*reinterpret_cast<const __half2 *>(&raw.y));
+            return make_float4(l.x, l.y, h.x, h.y);
+        }
+    }
+    return make_float4(in > 0 ? to_float(p[0]) : 0.f, in > 1 ? to_float(p[1]) : 0.f,
+                       in > 2 ? to_float(p[2]) : 0.f, in > 3 ? to_float(p[3]) : 0.f);
+}
+
+struct tile_regs {
+    float a[A_COLS][A_ROWS][A_WIDTH];
+    float4 b[B_ROWS];
+};
+
+template <typename T>
+__device__ __forceinline__ void fetch_tiles(tile_regs &g, const tile_runs<T> &r, int p0)
+{
+    if constexpr (!route<T>::a_async) {
+#pragma unroll
+        for (int j = 0; j < A_COLS; j++) {
+            const int col = p0 + r.a_col + A_LANES * A_WIDTH * j;
+#pragma unroll
+            for (int i = 0; i < A_ROWS; i++) {
+                const T *p = r.a + i * r.a_step + col - r.a_col;
+                const bool row_in = r.a_rows_in >> i & 1;
+                if constexpr (A_WIDTH == 4) {
+                    const float4 v = run_load4(p, row_in ? r.k - col : 0, r.vec_a);
+                    g.a[j][i][0] = v.x, g.a[j][i][1] = v.y, g.a[j][i][2] = v.z,
+                    g.a[j][i][3] = v.w;
+                } else {
+                    g.a[j][i][0] = row_in && col < r.k ? to_float(*p) : 0.f;
+                }
+            }
+        }
+    }
+    if constexpr (!route<T>::b_async) {
+#pragma unroll
+        for (int l = 0; l < B_ROWS; l++) {
+            const int row = p0 + r.b_row + l * B_STEP;
+            g.b[l] = run_load4(r.b + (int64_t)(p0 + l * B_STEP) * r.n,
+                               row < r.k ? r.b_cols_in : 0, r.vec_b);
+        }
     }
 }
 
 template <typename T>
-__global__ void __launch_bounds__(THREADS)
+__device__ __forceinline__ void place_tiles(const tile_regs &g, const tile_runs<T> &r,
+                                            float *stage)
+{
+    if constexpr (!route<T>::a_async) {
+#pragma unroll
+        for (int j = 0; j < A_COLS; j++)
+#pragma unroll
+            for (int i = 0; i < A_ROWS; i++)
+#pragma unroll
+                for (int e = 0; e < A_WIDTH; e++)
+                    stage[r.a_dst + (A_LANES * A_WIDTH * j + e) * A_LD + i * A_STEP] =
+                        g.a[j][i][e];
+    }
+    if constexpr (!route<T>::b_async) {
+#pragma unroll
+        for (int l = 0; l < B_ROWS; l++)
+            *reinterpret_cast<float4 *>(stage + r.b_dst + l * B_STEP * V7_BN) = g.b[l];
+    }
+}
+
+/* A lane's operands at one depth: TM elements of A's column, TN of B's row, as 16-byte loads
+ * that the lanes of a warp share or that lie side by side: no bank conflicts. */
+struct fragment {
+    float a[TM], b[TN];
+};
+
+__device__ __forceinline__ void load_fragment(fragment &f, const float *stage, int q, int a_off,
+                                              int b_off)
+{
+#pragma unroll
+    for (int i = 0; i < TM / 4; i++)
+        *reinterpret_cast<float4 *>(&f.a[4 * i]) =
+            *reinterpret_cast<const float4 *>(stage + q * A_LD + a_off + 32 * i);
+#pragma unroll
+    for (int j = 0; j < TN / 4; j++)
+        *reinterpret_cast<float4 *>(&f.b[4 * j]) = *reinterpret_cast<const float4 *>(
+            stage + V7_BK * A_LD + q * V7_BN + b_off + 16 * j);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS, V7_MIN_BLOCKS)
     matmul_warp_tiles(const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ c,
                       int64_t m, int64_t n, int64_t k, bool vec_a, bool vec_b, bool vec_c)
 {
-    __shared__ __align__(16) float a_tiles[2][BK][BM]; /* a_tiles[s][q][i] = A[i][p0 + q] */
-    __shared__ __align__(16) float b_tiles[2][BK][BN];
+    extern __shared__ float4 smem4[];
+    float *const smem = reinterpret_cast<float *>(smem4);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t row0 = (int64_t)blockIdx.y * BM, col0 = (int64_t)blockIdx.x * BN;
-    const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
+    const int64_t row0 = (int64_t)blockIdx.y * V7_BM, col0 = (int64_t)blockIdx.x * V7_BN;
+    const int warp_row = (warp / V7_WARPS_N) * WM, warp_col = (warp % V7_WARPS_N) * WN;
     const int lane_row = (lane / 4) * 4, lane_col = (lane % 4) * 4;
-    const int64_t tiles = (k + BK - 1) / BK;
+    const int a_off = warp_row + lane_row, b_off = warp_col + lane_col;
+    const int tiles = (int)((k + V7_BK - 1) / V7_BK);
+    const tile_runs<T> runs = runs_of(a, b, m, n, k, row0, col0, vec_a, vec_b);
+    constexpr bool staged = !route<T>::a_async || !route<T>::b_async;
 
-    float acc[8][8] = {}; /* rows lane_row + {0..3, 32..35}, cols lane_col + {0..3, 16..19} */
-    store_tiles(load_tiles(a, b, m, n, k, row0, col0, 0, vec_a, vec_b), a_tiles[0], b_tiles[0]);
-    __syncthreads();
-    for (int64_t tile = 0; tile < tiles; tile++) {
-        const int cur = (int)(tile & 1);
-        tile_regs next;
-        if (tile + 1 < tiles)
-            next = load_tiles(a, b, m, n, k, row0, col0, (tile + 1) * BK, vec_a, vec_b);
+    /* The first STAGES - 1 tiles are put on their way; each is one group of copies. */
 #pragma unroll
-        for (int q = 0; q < BK; q++) {
-            float a_reg[8], b_reg[8];
-            *reinterpret_cast<float4 *>(&a_reg[0]) =
-                *reinterpret_cast<const float4 *>(&a_tiles[cur][q][warp_row + lane_row]);
-            *reinterpret_cast<float4 *>(&a_reg[4]) =
-                *reinterpret_cast<const float4 *>(&a_tiles[cur][q][warp_row + 32 + lane_row]);
-            *reinterpret_cast<float4 *>(&b_reg[0]) =
-                *reinterpret_cast<const float4 *>(&b_tiles[cur][q][warp_col + lane_col]);
-            *reinterpret_cast<float4 *>(&b_reg[4]) =
-                *reinterpret_cast<const float4 *>(&b_tiles[cur][q][warp_col + 16 + lane_col]);
-#pragma unroll
-            for (int r = 0; r < 8; r++)
-#pragma unroll
-                for (int s = 0; s < 8; s++)
-                    acc[r][s] = fmaf(a_reg[r], b_reg[s], acc[r][s]);
+    for (int s = 0; s < V7_STAGES - 1; s++) {
+        if (s < tiles) {
+            copy_tiles(runs, smem + s * STAGE_FLOATS, s * V7_BK);
+            if constexpr (staged) {
+                tile_regs g;
+                fetch_tiles(g, runs, s * V7_BK);
+                place_tiles(g, runs, smem + s * STAGE_FLOATS);
+            }
         }
-        if (tile + 1 < tiles)
-            store_tiles(next, a_tiles[cur ^ 1], b_tiles[cur ^ 1]);
-        __syncthreads(); /* the next tile is in place; this one may be overwritten */
+        kl_copies_commit();
     }
+    kl_copies_wait<V7_STAGES - 2>();
+    __syncthreads();
+
+    float acc[TM][TN] = {}; /* rows a_off + 32 (r / 4) + r % 4, cols b_off + 16 (s / 4) + s % 4 */
+    fragment f[V7_FRAGMENTS];
+    if constexpr (V7_FRAGMENTS == 2)
+        load_fragment(f[0], smem, 0, a_off, b_off);
+    int read = 0, write = V7_STAGES - 1; /* stages being multiplied and being filled */
+    for (int tile = 0; tile < tiles; tile++) {
+        const bool more = tile + V7_STAGES - 1 < tiles;
+        tile_regs g;
 #pragma unroll
-    for (int r = 0; r < 8; r++) {
-        const int64_t i = row0 + warp_row + (r < 4 ? lane_row + r : 32 + lane_row + r - 4);
+        for (int q = 0; q < V7_BK; q++) {
+            if constexpr (V7_FRAGMENTS == 1)
+                load_fragment(f[0], smem + read * STAGE_FLOATS, q, a_off, b_off);
+            if (q == V7_BK - 1) {
+                /* Before the next tile's first operands are read: this thread's copies of it
+                 * have landed, then everyone's. Past the barrier no warp reads the stage just
+                 * finished, which the copies issued at q == 0 of the next tile overwrite. */
+                if constexpr (staged)
+                    if (more)
+                        place_tiles(g, runs, smem + write * STAGE_FLOATS);
+                kl_copies_wait<V7_STAGES - 2>();
+                __syncthreads();
+                read = read + 1 == V7_STAGES ? 0 : read + 1;
+            }
+            if constexpr (V7_FRAGMENTS == 2)
+                load_fragment(f[(q + 1) % 2], smem + read * STAGE_FLOATS, (q + 1) % V7_BK,
+                              a_off, b_off);
+            if (q == 0) {
+                if (more) {
+                    copy_tiles(runs, smem + write * STAGE_FLOATS, (tile + V7_STAGES - 1) * V7_BK);
+                    if constexpr (staged)
+                        fetch_tiles(g, runs, (tile + V7_STAGES - 1) * V7_BK);
+                }
+                kl_copies_commit();
+            }
 #pragma unroll
-        for (int s = 0; s < 8; s += 4) {
-            const int64_t j = col0 + warp_col + (s < 4 ? lane_col : 16 + lane_col);
-            matmul_store4(c, m, n, i, j, &acc[r][s], vec_c);
+            for (int r = 0; r < TM; r++)
+#pragma unroll
+                for (int s = 0; s < TN; s++)
+                    acc[r][s] = fmaf(f[q % V7_FRAGMENTS].a[r], f[q % V7_FRAGMENTS].b[s], acc[r][s]);
         }
+        write = write + 1 == V7_STAGES ? 0 : write + 1;
+    }
+    kl_copies_wait<0>(); /* nothing is left in flight, but leave no copy behind the exit */
+
+#pragma unroll
+    for (int r = 0; r < TM; r++) {
+        const int64_t i = row0 + a_off + 32 * (r / 4) + r % 4;
+#pragma unroll
+        for (int s = 0; s < TN; s += 4)
+            matmul_store4(c, m, n, i, col0 + b_off + 16 * (s / 4), &acc[r][s], vec_c);
     }
 }
 
 template <typename T>
 static void launch(const T *a, const T *b, T *c, struct matmul_dims d, cudaStream_t s)
 {
-    const dim3 grid(matmul_blocks(d.n, BN), matmul_blocks(d.m, BM));
-    matmul_warp_tiles<T><<<grid, THREADS, 0, s>>>(a, b, c, d.m, d.n, d.k,
-                                                  matmul_rows_of_4(a, d.k, sizeof(T)),
-                                                  matmul_rows_of_4(b, d.n, sizeof(T)),
-                                                  matmul_rows_of_4(c, d.n, sizeof(T)));
+    static size_t room = 0; /* above 48 KB of dynamic shared memory a kernel must opt in */
+    if (SMEM_BYTES > 48 * 1024 && !room)
+        room = kl_grant_shared_memory((const void *)matmul_warp_tiles<T>);
+    const dim3 grid(matmul_blocks(d.n, V7_BN), matmul_blocks(d.m, V7_BM));
+    matmul_warp_tiles<T><<<grid, THREADS, SMEM_BYTES, s>>>(
+        a, b, c, d.m, d.n, d.k, matmul_rows_of_4(a, d.k, sizeof(T)),
+        matmul_rows_of_4(b, d.n, sizeof(T)),
+        matmul_rows_of_4(c, d.n, sizeof(T)));
     LAUNCH_CHECK();
 }
 
