@@ -74,6 +74,27 @@ __device__ __forceinline__ ce_row_edges ce_fetch_edges(const T *x, const int32_t
     return e;
 }
 
+/* Starts fetching row r for the forward: this thread's packs into their slots (the caller
+ * commits), its head and tail elements and the label into registers. */
+template <typename T>
+__device__ __forceinline__ ce_row_edges ce_fetch_row(const T *x, const int32_t *labels, size_t r,
+                                                     int n_classes, uint4 *ring)
+{
+    const int t = threadIdx.x;
+    const T *xr = x + r * (size_t)n_classes;
+    ce_row_edges a;
+    a.split = ce_split_row(xr, n_classes);
+    a.label = labels[r];
+    const uint4 *packs = reinterpret_cast<const uint4 *>(xr + a.split.head);
+    for (int q = t; q < a.split.n_packs; q += blockDim.x)
+        kl_copy16_async(ring + q, packs + q);
+    a.head_v = t < a.split.head ? to_float(xr[t]) : -FLT_MAX;
+    a.tail_v = t < a.split.tail
+                   ? to_float(xr[a.split.head + a.split.n_packs * pack16<T>::width + t])
+                   : -FLT_MAX;
+    return a;
+}
+
 /* Row r's 16-byte packs and their number (none past the last row). */
 template <typename T>
 __device__ __forceinline__ const uint4 *ce_row_packs(const T *x, size_t r, size_t n_rows,
@@ -177,49 +198,69 @@ __global__ void __launch_bounds__(MAX_THREADS)
     ce_pipelined_loss(const T *__restrict__ x, const int32_t *__restrict__ labels,
                       float *__restrict__ loss, size_t n_rows, int n_classes)
 {
-    constexpr int W = pack16<T>::width;
+    using pack = pack16<T>;
+    constexpr int W = pack::width;
     extern __shared__ uint4 ring[];
     __shared__ ce_online part[2][32];
     const int t = threadIdx.x, G = blockDim.x;
-    float loss_sum = 0.f;
+    float loss_sum = 0.f; /* this thread's loss terms */
 
     size_t row = blockIdx.x;
-    int n_packs;
-    const uint4 *packs = ce_row_packs(x, row, n_rows, n_classes, &n_packs);
-    for (int q = t; q < n_packs; q += G)
-        kl_copy16_async(ring + q, packs + q);
-    kl_copies_commit();
     ce_row_edges ahead = {};
     if (row < n_rows)
-        ahead = ce_fetch_edges(x, labels, row, n_classes);
+        ahead = ce_fetch_row(x, labels, row, n_classes, ring);
+    kl_copies_commit();
     for (int i = 0; row < n_rows; i++, row += gridDim.x) {
         const ce_row_edges cur = ahead;
         const size_t next = row + gridDim.x;
-        const bool ok = ce_label_ok(cur.label, n_classes);
-        const int body = ok ? cur.label - cur.split.head : -1; /* the label among the packs */
-        packs = ce_row_packs(x, next, n_rows, n_classes, &n_packs);
+        const int32_t label = cur.label;
+        const bool ok = ce_label_ok(label, n_classes);
+        const int body = ok ? label - cur.split.head : -1; /* the label among the packs */
+        kl_copies_wait<0>();                       /* this thread's slots hold row `row` */
+
+        /* This thread's summary, and the label's logit if it holds it. */
         ce_online st = ce_online_empty();
         float x_label = 0.f;
         bool has_label = false;
-        kl_copies_wait<0>(); /* this thread's slots hold the row */
         for (int q = t; q < cur.split.n_packs; q += G) {
+            pack pk;
+            pk.raw = ring[q];
             float f[W];
-            ce_unpack<T>(ring[q], f);
-            ce_pick_label<W>(f, body - q * W, &x_label, &has_label);
+#pragma unroll
+            for (int j = 0; j < W; j++)
+                f[j] = to_float(pk.e[j]);
+            const int at = body - q * W; /* the label's place in this pack, if it is here */
+            if ((unsigned)at < (unsigned)W) {
+#pragma unroll
+                for (int j = 0; j < W; j++)
+                    x_label = j == at ? f[j] : x_label;
+                has_label = true;
+            }
             st = ce_online_push<W>(st, f);
         }
-        st = ce_push_edges(st, cur);
-        if (ok)
-            ce_pick_label_edges(cur, W, &x_label, &has_label);
-        for (int q = t; q < n_packs; q += G)
-            kl_copy16_async(ring + q, packs + q);
-        kl_copies_commit();
+        if (t < cur.split.head) {
+            st = ce_online_push<1>(st, &cur.head_v);
+            if (t == label) {
+                x_label = cur.head_v;
+                has_label = true;
+            }
+        }
+        if (t < cur.split.tail) {
+            st = ce_online_push<1>(st, &cur.tail_v);
+            if (cur.split.head + cur.split.n_packs * W + t == label) {
+                x_label = cur.tail_v;
+                has_label = true;
+            }
+        }
+        /* The slots are read, so the next row may come in during the merge. */
         if (next < n_rows)
-            ahead = ce_fetch_edges(x, labels, next, n_classes);
+            ahead = ce_fetch_row(x, labels, next, n_classes, ring);
+        kl_copies_commit();
 
         const ce_online rs = ce_block_merge_alternating(part, i, st);
-        if (has_label)
-            loss_sum += ce_row_loss(rs.m, logf(rs.s), x_label);
+        const float log_sum = logf(rs.s);
+        if (has_label && ok)
+            loss_sum += ce_row_loss(rs.m, log_sum, x_label);
         if (!ok && t == 0)
             loss_sum += ce_nan();
     }
