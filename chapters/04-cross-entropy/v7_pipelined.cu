@@ -373,29 +373,37 @@ __global__ void __launch_bounds__(MAX_THREADS)
 
 /* ---- host ---- */
 
-/* Threads and blocks for a ring of ring_bytes: one block per SM when the ring takes over half
- * an SM's shared memory, given every thread; else 512 threads and as many blocks as fit. */
-static void ring_grid(const void *kernel, size_t ring_bytes, size_t n_rows, int *threads,
-                      unsigned *blocks)
+/* A kernel's ring for rows of n_classes logits, `width` to a 16-byte slot, and the grid that
+ * walks the rows: one block per SM when the ring takes over half an SM's shared memory, given
+ * every thread; else 512 threads and as many blocks as fit. */
+struct ring_plan {
+    int n_slots;
+    size_t bytes;
+    int threads;
+    unsigned blocks;
+};
+
+/* False when the ring does not fit the kernel's shared memory (room: asked for once). */
+static bool plan_ring(const void *kernel, size_t *room, int n_classes, int width, size_t n_rows,
+                      struct ring_plan *p)
 {
+    p->n_slots = n_classes / width + 1;
+    p->bytes = (size_t)p->n_slots * 16;
+    if (!*room)
+        *room = kl_grant_shared_memory(kernel);
+    if (p->bytes > *room)
+        return false;
     int dev, per_sm_bytes, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(
         cudaDeviceGetAttribute(&per_sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    *threads = 2 * (ring_bytes + 1024) > (size_t)per_sm_bytes ? MAX_THREADS : 512;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, *threads,
-                                                             ring_bytes));
+    p->threads = 2 * (p->bytes + 1024) > (size_t)per_sm_bytes ? MAX_THREADS : 512;
+    CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p->threads, p->bytes));
     size_t b = (size_t)ce_sm_count() * (size_t)(per_sm > 0 ? per_sm : 1);
     b = b < n_rows ? b : n_rows;
-    *blocks = (unsigned)(b < CE_MAX_BLOCKS ? b : CE_MAX_BLOCKS);
-}
-
-/* The dynamic shared memory a kernel may have, asked for once. */
-static size_t ring_room(const void *kernel, size_t *room)
-{
-    if (!*room)
-        *room = kl_grant_shared_memory(kernel);
-    return *room;
+    p->blocks = (unsigned)(b < CE_MAX_BLOCKS ? b : CE_MAX_BLOCKS);
+    return true;
 }
 
 template <typename T>
@@ -403,15 +411,11 @@ static bool launch_loss(const T *x, const int32_t *labels, float *loss, size_t n
                         int n_classes, cudaStream_t s)
 {
     static size_t room = 0;
-    const void *kernel = (const void *)ce_pipelined_loss<T>;
-    const int n_slots = n_classes / pack16<T>::width + 1;
-    const size_t ring_bytes = (size_t)n_slots * 16;
-    if (ring_bytes > ring_room(kernel, &room))
+    struct ring_plan p;
+    if (!plan_ring((const void *)ce_pipelined_loss<T>, &room, n_classes, pack16<T>::width,
+                   n_rows, &p))
         return false;
-    int threads;
-    unsigned blocks;
-    ring_grid(kernel, ring_bytes, n_rows, &threads, &blocks);
-    ce_pipelined_loss<T><<<blocks, threads, ring_bytes, s>>>(x, labels, loss, n_rows, n_classes);
+    ce_pipelined_loss<T><<<p.blocks, p.threads, p.bytes, s>>>(x, labels, loss, n_rows, n_classes);
     LAUNCH_CHECK();
     return true;
 }
@@ -421,16 +425,12 @@ static bool launch_grad(const T *x, const int32_t *labels, float *loss, T *dx, s
                         int n_classes, cudaStream_t s)
 {
     static size_t room = 0;
-    const void *kernel = (const void *)ce_pipelined_grad<T, LOSS>;
-    const int n_slots = n_classes / pack16<T>::width + 1;
-    const size_t ring_bytes = (size_t)n_slots * 16;
-    if (ring_bytes > ring_room(kernel, &room))
+    struct ring_plan p;
+    if (!plan_ring((const void *)ce_pipelined_grad<T, LOSS>, &room, n_classes, pack16<T>::width,
+                   n_rows, &p))
         return false;
-    int threads;
-    unsigned blocks;
-    ring_grid(kernel, ring_bytes, n_rows, &threads, &blocks);
-    ce_pipelined_grad<T, LOSS><<<blocks, threads, ring_bytes, s>>>(
-        x, labels, loss, dx, n_rows, n_classes, n_slots, 1.f / (float)n_rows);
+    ce_pipelined_grad<T, LOSS><<<p.blocks, p.threads, p.bytes, s>>>(
+        x, labels, loss, dx, n_rows, n_classes, p.n_slots, 1.f / (float)n_rows);
     LAUNCH_CHECK();
     return true;
 }
