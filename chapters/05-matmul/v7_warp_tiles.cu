@@ -22,8 +22,8 @@
  * arithmetic, stored after it).
  * Registers: 64 accumulators, 2 x 16 operands, addresses; no staging. Held to 128
  * (__launch_bounds__(256, 2)) without spilling in fp32: two blocks, 16 warps an SM, to hide
- * shared-memory latency and the barrier. v6's global loads and shared stores (10 an element
- * run) become 10 copies a tile per thread that cost no registers and no wait.
+ * shared-memory latency and the barrier. What a thread moved through registers each tile in v6
+ * (global loads, then shared stores) becomes 10 copies that cost no registers and no wait.
  * What changed from v6: the thread-to-output map (warp tiles), a second buffer filled by
  * cp.async, BK 8 -> 16, two blocks an SM.
  * Expected: 90% of cuBLAS SGEMM at 4096 and 8192 in fp32; the best ordinary-core rung.
@@ -87,7 +87,8 @@
 #define SMEM_BYTES (V7_STAGES * STAGE_FLOATS * 4)
 
 static_assert(WM % 32 == 0 && WN % 16 == 0, "a lane's outputs are whole 4 x 4 blocks");
-static_assert(V7_BK % (A_LANES * A_WIDTH) == 0 && V7_BM % A_STEP == 0, "A's tile: whole rounds of copies");
+static_assert(V7_BK % (A_LANES * A_WIDTH) == 0 && V7_BM % A_STEP == 0,
+              "A's tile: whole rounds of copies");
 static_assert(THREADS % B_RUNS == 0 && V7_BK % B_STEP == 0, "B's tile: whole rounds of copies");
 static_assert(V7_STAGES >= 2, "a ring needs two stages");
 
@@ -165,9 +166,9 @@ __device__ __forceinline__ tile_runs<T> runs_of(const T *a, const T *b, int64_t 
 }
 
 /* Which operand goes how: fp32 tiles are copied without passing through registers (B 16 bytes
- * at a time where N allows, else by element; A by element, transposed on the way, or 4 wide through registers with V7_A_REGS);
- * fp16 ones are widened on the way, so they pass through registers: fetched before a tile's
- * arithmetic and stored into shared memory after it. */
+ * at a time where N allows, else by element; A by element, transposed on the way, or 4 wide
+ * through registers with V7_A_REGS); fp16 ones are widened on the way, so they pass through
+ * registers: fetched before a tile's arithmetic and stored into shared memory after it. */
 template <typename T> struct route {
     static constexpr bool a_async = sizeof(T) == 4 && !V7_A_REGS, b_async = sizeof(T) == 4;
 };
