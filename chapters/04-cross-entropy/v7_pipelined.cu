@@ -57,20 +57,27 @@ struct ce_row_edges {
     float head_v, tail_v;
 };
 
+/* This thread's head and tail elements of row xr, split as e.split, into registers. */
+template <typename T>
+__device__ __forceinline__ void ce_load_edge_values(const T *xr, ce_row_edges &e)
+{
+    const int t = threadIdx.x;
+    e.head_v = t < e.split.head ? to_float(xr[t]) : -FLT_MAX;
+    e.tail_v = t < e.split.tail
+                   ? to_float(xr[e.split.head + e.split.n_packs * pack16<T>::width + t])
+                   : -FLT_MAX;
+}
+
 /* Loads row r's split, label, and this thread's head and tail elements into registers. */
 template <typename T>
 __device__ __forceinline__ ce_row_edges ce_fetch_edges(const T *x, const int32_t *labels,
                                                        size_t r, int n_classes)
 {
-    const int t = threadIdx.x;
     const T *xr = x + r * (size_t)n_classes;
     ce_row_edges e;
     e.split = ce_split_row(xr, n_classes);
     e.label = labels[r];
-    e.head_v = t < e.split.head ? to_float(xr[t]) : -FLT_MAX;
-    e.tail_v = t < e.split.tail
-                   ? to_float(xr[e.split.head + e.split.n_packs * pack16<T>::width + t])
-                   : -FLT_MAX;
+    ce_load_edge_values(xr, e);
     return e;
 }
 
@@ -88,10 +95,7 @@ __device__ __forceinline__ ce_row_edges ce_fetch_row(const T *x, const int32_t *
     const uint4 *packs = reinterpret_cast<const uint4 *>(xr + a.split.head);
     for (int q = t; q < a.split.n_packs; q += blockDim.x)
         kl_copy16_async(ring + q, packs + q);
-    a.head_v = t < a.split.head ? to_float(xr[t]) : -FLT_MAX;
-    a.tail_v = t < a.split.tail
-                   ? to_float(xr[a.split.head + a.split.n_packs * pack16<T>::width + t])
-                   : -FLT_MAX;
+    ce_load_edge_values(xr, a);
     return a;
 }
 
