@@ -11,6 +11,9 @@
  *     at all, all 10 loads in flight at once); beyond, up to 32 warps split the channels, each
  *     thread keeping its 32 or fewer in registers, and the warps exchange through shared memory.
  *     A warp per row would be wrong here: its 32 lanes would read 32 elements H W apart.
+ *     Once the channels are split, a warp takes 16 rows (two channel groups; runs of 64 bytes
+ *     a channel in fp32, 32 in fp16), as backward does: a block holds half as many rows, so
+ *     more and smaller blocks share the SMs, each at its own phase of load, reduce and store.
  *   - contiguous rows (H W = 1) longer than 32: a warp per row up to 32 x 32 elements, or a
  *     block of up to 1024 threads per row up to 32768 elements (`large`), 32 values per thread,
  *     with 16-byte loads and stores when the row is 16-byte aligned.
@@ -35,14 +38,16 @@
 
 /* ---- strips: TR neighbouring rows per warp slice, channel groups across warps ---- */
 
-template <typename T, int KMAX>
+template <typename T, int TR, int KMAX>
 __global__ void __launch_bounds__(MAX_THREADS)
     softmax_forward_strip_regs(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int C,
                                int64_t S)
 {
     __shared__ float part_max[MAX_THREADS], part_sum[MAX_THREADS];
-    const int groups = blockDim.y, g = threadIdx.y;
-    const int64_t r = ((int64_t)blockIdx.x * blockDim.z + threadIdx.z) * 32 + threadIdx.x;
+    constexpr int groups_per_warp = 32 / TR;
+    const int groups = blockDim.y * groups_per_warp;
+    const int g = threadIdx.y * groups_per_warp + threadIdx.x / TR;
+    const int64_t r = ((int64_t)blockIdx.x * blockDim.z + threadIdx.z) * TR + threadIdx.x % TR;
     const bool live = r < rows;
     const int64_t start = live ? softmax_row_start(r, C, S) : 0;
 
@@ -58,7 +63,7 @@ __global__ void __launch_bounds__(MAX_THREADS)
 #pragma unroll
     for (int k = 0; k < KMAX; k++)
         m = fmaxf(m, v[k]);
-    m = softmax_strip_reduce<32>(part_max, m, softmax_max_op());
+    m = softmax_strip_reduce<TR>(part_max, m, softmax_max_op());
 
     float sum = 0.f;
 #pragma unroll
@@ -66,7 +71,7 @@ __global__ void __launch_bounds__(MAX_THREADS)
         v[k] = softmax_exp(v[k] - m); /* 0 for the padding */
         sum += v[k];
     }
-    sum = softmax_strip_reduce<32>(part_sum, sum, softmax_sum_op());
+    sum = softmax_strip_reduce<TR>(part_sum, sum, softmax_sum_op());
 
     const float inv = 1.f / sum;
     T *yp = y + start + g * S;
@@ -250,17 +255,17 @@ static int plan_rows(int64_t rows, int C, int values, size_t esize, bool aligned
 
 /* ---- forward ---- */
 
-template <typename T>
+template <typename T, int TR>
 static void launch_forward_strips(const T *x, T *y, int64_t rows, int C, int64_t S,
                                   const struct strip_plan *sp, cudaStream_t s)
 {
     const dim3 block(32, sp->warps, sp->strips_per_block);
     if (sp->kmax == 8)
-        softmax_forward_strip_regs<T, 8><<<sp->blocks, block, 0, s>>>(x, y, rows, C, S);
+        softmax_forward_strip_regs<T, TR, 8><<<sp->blocks, block, 0, s>>>(x, y, rows, C, S);
     else if (sp->kmax == 16)
-        softmax_forward_strip_regs<T, 16><<<sp->blocks, block, 0, s>>>(x, y, rows, C, S);
+        softmax_forward_strip_regs<T, TR, 16><<<sp->blocks, block, 0, s>>>(x, y, rows, C, S);
     else
-        softmax_forward_strip_regs<T, 32><<<sp->blocks, block, 0, s>>>(x, y, rows, C, S);
+        softmax_forward_strip_regs<T, TR, 32><<<sp->blocks, block, 0, s>>>(x, y, rows, C, S);
     LAUNCH_CHECK();
 }
 
@@ -279,9 +284,14 @@ static int forward(const T *x, T *y, struct softmax_dims d, cudaStream_t s)
         return 1;
     }
     struct strip_plan sp;
-    if (!plan_strips(rows, C, FWD_VALUES, 32, &sp))
+    /* A thread per row while the row fits one thread; beyond, 16-row strips, as backward. */
+    const int tr = C <= FWD_VALUES ? 32 : 16;
+    if (!plan_strips(rows, C, FWD_VALUES, tr, &sp))
         return 0;
-    launch_forward_strips(x, y, rows, C, S, &sp, s);
+    if (tr == 32)
+        launch_forward_strips<T, 32>(x, y, rows, C, S, &sp, s);
+    else
+        launch_forward_strips<T, 16>(x, y, rows, C, S, &sp, s);
     return 1;
 }
 
