@@ -31,24 +31,29 @@
  *     tiles of arithmetic, and one barrier per tile is enough.
  * Tiles: a block computes 128 x 256 of C with 8 warps (2 down, 4 across); each warp computes
  * 64 x 64 as 4 x 8 mma tiles (128 fp32 sums per thread). K advances by 32 per tile, two k16
- * steps, with 4 stages of A (128 x 32) and B (32 x 256) in shared memory: 4 x 24 KB = 96 KB,
- * one block per SM. Each step's operands are loaded while the previous step is multiplied,
+ * steps, with 3 stages of A (128 x 32) and B (32 x 256) in shared memory: 3 x 24 KB = 72 KB;
+ * the registers (255 a thread) allow one block per SM. Each step's operands are loaded while the previous step is multiplied,
  * including across tiles, so ldmatrix latency hides behind 32 HMMAs.
- * Edges: where K (for A) or N (for B) is a multiple of 8 and the matrix is 16-byte aligned,
- * each 16-byte chunk lies wholly inside the matrix or wholly outside it, and the chunks
- * outside use cp.async's zero-fill form (source size 0). Otherwise the tile is staged element
- * by element, 0 outside, into the same swizzled layout. C is stored from the accumulators in
+ * The copies cost the warps that multiply as little issue time as can be: where K and N are
+ * multiples of 8 and A and B 16-byte aligned, each thread plans its 8 chunks a tile once (one
+ * pointer into each matrix, advanced a tile at a time, and which rows and columns lie inside),
+ * and issues them between the rows of HMMAs, where they fill the gaps of one warp's HMMA
+ * stream. Issued before the HMMAs, as a burst of index arithmetic, they left the tensor cores
+ * idle while all 8 warps did it at once, after each barrier.
+ * Edges: in that case each 16-byte chunk lies wholly inside the matrix or wholly outside it,
+ * and the chunks outside are written as zeros without a read. Otherwise a second kernel stages
+ * the tile element by element, 0 outside, into the same swizzled layout. C is stored from the accumulators in
  * pairs where N is even and element by element elsewhere; only elements inside C are written.
  * What changed from v8: mma.sync and ldmatrix instead of WMMA; a swizzled instead of a padded
- * layout; a 4-stage cp.async ring instead of load, wait, multiply; a 128 x 256 block tile of
+ * layout; a 3-stage cp.async ring instead of load, wait, multiply; a 128 x 256 block tile of
  * 64 x 64 warp tiles (v8: 128 x 128 of 64 x 32); and blocks taken in groups of 8 block rows,
  * so that the blocks running at the same time share their tiles of A and B in L2.
  * Expected: per k16 step a warp reads 4 KB of shared memory (4 ldmatrix.x4 for A, 4 for B)
  * for 32 HMMAs, 64 K multiply-adds: one byte per 16 multiply-adds, against one per 10.7 for
  * v8's 64 x 32 warp tiles. Each element of A that a block loads serves 256 multiply-adds and
  * each of B 128 (v8: 128 and 128): 24 KB per tile for 1 M multiply-adds. The copies are issued
- * three tiles ahead, about 1.5 microseconds of arithmetic at the target rate, which is more
- * than a DRAM round trip. Prediction: at least 70% of cuBLAS fp16 at 4096 and 8192 on an
+ * two tiles ahead, about 1 microsecond of arithmetic at the target rate, about a DRAM round
+ * trip. Prediction: at least 70% of cuBLAS fp16 at 4096 and 8192 on an
  * H200. The rest needs Hopper's wgmma and TMA (v10).
  * Limits: fp16 only; compute capability 8.0 or newer (cp.async, m16n8k16). The fast path needs
  * K % 8 == 0 for A, N % 8 == 0 for B and 16-byte aligned matrices; the paired stores of C need
@@ -75,7 +80,7 @@
 #define V9_WARPS_N 4
 #endif
 #ifndef V9_STAGES
-#define V9_STAGES 4 /* tiles of A and B in shared memory at once */
+#define V9_STAGES 3 /* tiles of A and B in shared memory at once */
 #endif
 #ifndef V9_GROUP_M
 #define V9_GROUP_M 8 /* block rows run side by side for L2 reuse; 1 = plain row order */
@@ -115,6 +120,15 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int s
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                  "r"(src_bytes)
+                 : "memory");
+}
+
+/* The same, 16 bytes or, where `copy` is false, 16 zeros without reading src. */
+__device__ __forceinline__ void cp_async_16_or_zeros(uint32_t dst, const void *src, bool copy)
+{
+    asm volatile("{\n .reg .pred skip;\n setp.eq.u32 skip, %2, 0;\n"
+                 " cp.async.cg.shared.global [%0], [%1], 16, skip;\n}\n" ::"r"(dst),
+                 "l"(src), "r"((unsigned)copy)
                  : "memory");
 }
 
@@ -217,8 +231,9 @@ __device__ __forceinline__ void load_tile(uint32_t smem_base, uint32_t stage,
     }
 }
 
-/* Issues the copies of the tiles of A and B at depth p0 into stage `slot`. Thread t copies
- * chunks t, t + THREADS, ...: consecutive threads along a row, so the reads are coalesced. */
+/* Issues the copies of the tiles of A and B at depth p0 into stage `slot`, element by element
+ * where a matrix is not read in chunks. Thread t copies chunks t, t + THREADS, ...:
+ * consecutive threads along a row, so the reads are coalesced. */
 __device__ __forceinline__ void load_stage(const struct block_view *v, uint32_t smem_base,
                                            int slot, int64_t p0)
 {
@@ -228,6 +243,75 @@ __device__ __forceinline__ void load_stage(const struct block_view *v, uint32_t 
     load_tile(smem_base, b_stage, v->b, v->k, v->n, p0, v->col0, B_CHUNKS, B_LOADS,
               v->vec_b);
 }
+
+/* The fast path's copies, planned once. Along K a thread's chunks only move: A's by V9_BK
+ * elements a tile, B's by V9_BK rows. So the thread keeps one pointer into each matrix, the
+ * distance between its chunks, and what lies inside M and N; a tile's copy then costs an add
+ * and a compare, and none of the index arithmetic that load_tile repeats on every tile. */
+struct copy_plan {
+    const __half *a, *b;    /* the thread's first chunk of the next tile to copy */
+    int64_t a_step, b_step; /* elements between its chunks: THREADS / A_CHUNKS rows of A, ... */
+    uint32_t a_dst, b_dst;  /* its first chunk's place in a stage (the others: fixed strides) */
+    unsigned a_rows_in;     /* bit l: chunk l's row of A lies inside M */
+    bool b_cols_in;         /* its chunks of B lie inside N (the same columns for all) */
+    int a_col, b_row;       /* its chunks' depth within A's tile, and first row within B's */
+};
+
+#define A_ROWS_APART (THREADS / A_CHUNKS) /* rows of A's tile between a thread's chunks */
+#define B_ROWS_APART (THREADS / B_CHUNKS)
+
+__device__ __forceinline__ struct copy_plan plan_copies(const struct block_view *v)
+{
+    const int t = threadIdx.x;
+    const int a_row = t / A_CHUNKS, a_chunk = t % A_CHUNKS;
+    const int b_row = t / B_CHUNKS, b_chunk = t % B_CHUNKS;
+    struct copy_plan p;
+    p.a = v->a + (v->row0 + a_row) * v->k + a_chunk * 8;
+    p.b = v->b + b_row * v->n + v->col0 + b_chunk * 8;
+    p.a_step = A_ROWS_APART * v->k;
+    p.b_step = B_ROWS_APART * v->n;
+    p.a_dst = swizzled(a_row, a_chunk, A_CHUNKS);
+    p.b_dst = A_BYTES + swizzled(b_row, b_chunk, B_CHUNKS);
+    p.a_rows_in = 0;
+#pragma unroll
+    for (int l = 0; l < A_LOADS; l++)
+        p.a_rows_in |= (v->row0 + a_row + l * A_ROWS_APART < v->m ? 1u : 0u) << l;
+    p.b_cols_in = v->col0 + b_chunk * 8 < v->n;
+    p.a_col = a_chunk * 8;
+    p.b_row = b_row;
+    return p;
+}
+
+/* Copy `idx` of this thread's share of the stage at depth p0 (p->a and p->b already point at
+ * that depth): A's chunks first, then B's. Rows l A_ROWS_APART apart keep the same swizzle, so
+ * chunk l lies a fixed stride past chunk 0. A chunk outside the matrix is written as 16 zero
+ * bytes and reads nothing (the copy's ignore-source predicate). */
+__device__ __forceinline__ void copy_chunk(const struct copy_plan *p, int k, uint32_t stage,
+                                           int p0, int idx)
+{
+    if (idx < A_LOADS) {
+        const int l = idx;
+        const bool inside = (p->a_rows_in >> l & 1) && p0 + p->a_col < k;
+        cp_async_16_or_zeros(stage + p->a_dst + l * A_ROWS_APART * A_CHUNKS * 16,
+                             p->a + l * p->a_step, inside);
+    } else {
+        const int l = idx - A_LOADS;
+        const bool inside = p->b_cols_in && p0 + p->b_row + l * B_ROWS_APART < k;
+        cp_async_16_or_zeros(stage + p->b_dst + l * B_ROWS_APART * B_CHUNKS * 16,
+                             p->b + l * p->b_step, inside);
+    }
+}
+
+/* The next tile's chunks: V9_BK columns of A further, V9_BK rows of B further down. */
+__device__ __forceinline__ void advance_copies(struct copy_plan *p, int64_t n)
+{
+    p->a += V9_BK;
+    p->b += V9_BK * n;
+}
+
+/* The swizzle repeats every 8 rows (one per line, or 8 / chunks rows a line times chunks). */
+static_assert(A_ROWS_APART % 8 == 0 && B_ROWS_APART % 8 == 0,
+              "a thread's chunks keep one swizzle");
 
 /* ---- Shared -> registers -> tensor cores. ---- */
 
@@ -305,10 +389,34 @@ __device__ __forceinline__ void block_tile(int *tile_m, int *tile_n)
     *tile_n = id % per_group / group_m;
 }
 
-__global__ void __launch_bounds__(THREADS, V9_MIN_BLOCKS)
-    matmul_mma_sync(const __half *__restrict__ a, const __half *__restrict__ b,
-                    __half *__restrict__ c, int64_t m, int64_t n, int64_t k, bool vec_a,
-                    bool vec_b, bool vec_c)
+/* One tile's HMMAs, with the fast path's copies of a later tile spread between the rows of
+ * mma tiles: the copies' few integer instructions then issue in the gaps between one warp's
+ * HMMAs instead of in a burst that leaves the tensor cores without work. */
+__device__ __forceinline__ void mma_and_copy(float acc[MMA_M][MMA_N][4], const struct fragments *f,
+                                             const struct copy_plan *p, int k, uint32_t stage,
+                                             int p0, bool copy)
+{
+    constexpr int copies = A_LOADS + B_LOADS;
+#pragma unroll
+    for (int i = 0; i < MMA_M; i++) {
+#pragma unroll
+        for (int j = 0; j < MMA_N; j++)
+            mma_16816(acc[i][j], f->a[i], f->b[j]);
+#pragma unroll
+        for (int c = i * copies / MMA_M; c < (i + 1) * copies / MMA_M; c++)
+            if (copy)
+                copy_chunk(p, k, stage, p0, c);
+    }
+}
+
+/* The kernel's body. `chunks`: A and B are read in 16-byte chunks (K and N multiples of 8,
+ * aligned matrices), planned once (copy_plan); otherwise by load_stage, element by element
+ * where needed. Two kernels call it with a constant, so neither carries the other's path. */
+__device__ __forceinline__ void mma_sync_tiles(const __half *__restrict__ a,
+                                               const __half *__restrict__ b,
+                                               __half *__restrict__ c, int64_t m, int64_t n,
+                                               int64_t k, bool vec_a, bool vec_b, bool vec_c,
+                                               const bool chunks)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     extern __shared__ __align__(128) uint8_t smem[];
@@ -319,6 +427,7 @@ __global__ void __launch_bounds__(THREADS, V9_MIN_BLOCKS)
     block_tile(&tile_m, &tile_n);
     const struct block_view v = {a, b, m, n, k, (int64_t)tile_m * V9_BM,
                                  (int64_t)tile_n * V9_BN, vec_a, vec_b};
+    struct copy_plan plan = plan_copies(&v);
     const int tiles = (int)((k + V9_BK - 1) / V9_BK); /* K < 2^31 */
 
     float acc[MMA_M][MMA_N][4] = {};
@@ -328,8 +437,16 @@ __global__ void __launch_bounds__(THREADS, V9_MIN_BLOCKS)
      * "S - 2 groups pending" always means "the oldest tile has landed". */
 #pragma unroll
     for (int s = 0; s < V9_STAGES - 1; s++) {
-        if (s < tiles)
-            load_stage(&v, smem_base, s, (int64_t)s * V9_BK);
+        if (s < tiles) {
+            if (chunks) {
+#pragma unroll
+                for (int i = 0; i < A_LOADS + B_LOADS; i++)
+                    copy_chunk(&plan, (int)k, smem_base + s * STAGE_BYTES, s * V9_BK, i);
+                advance_copies(&plan, n);
+            } else {
+                load_stage(&v, smem_base, s, (int64_t)s * V9_BK);
+            }
+        }
         kl_copies_commit();
     }
     kl_copies_wait<V9_STAGES - 2>();
@@ -338,6 +455,8 @@ __global__ void __launch_bounds__(THREADS, V9_MIN_BLOCKS)
 
     int read_slot = 0, write_slot = V9_STAGES - 1;
     for (int tile = 0; tile < tiles; tile++) {
+        const bool more = tile + V9_STAGES - 1 < tiles;
+        const int64_t p_next = (int64_t)(tile + V9_STAGES - 1) * V9_BK;
 #pragma unroll
         for (int ks = 0; ks < K_STEPS; ks++) {
             if (ks == K_STEPS - 1) {
@@ -351,13 +470,20 @@ __global__ void __launch_bounds__(THREADS, V9_MIN_BLOCKS)
             load_fragments(&f[(ks + 1) % 2], smem_base, read_slot, (ks + 1) % K_STEPS,
                            warp_row, warp_col);
             if (ks == 0) {
-                if (tile + V9_STAGES - 1 < tiles)
-                    load_stage(&v, smem_base, write_slot,
-                               (int64_t)(tile + V9_STAGES - 1) * V9_BK);
+                if (chunks) {
+                    mma_and_copy(acc, &f[0], &plan, (int)k, smem_base + write_slot * STAGE_BYTES,
+                                 (int)p_next, more);
+                    advance_copies(&plan, n);
+                } else {
+                    if (more)
+                        load_stage(&v, smem_base, write_slot, p_next);
+                    mma_warp_tile(acc, &f[0]);
+                }
                 kl_copies_commit();
                 write_slot = write_slot + 1 == V9_STAGES ? 0 : write_slot + 1;
+            } else {
+                mma_warp_tile(acc, &f[ks % 2]);
             }
-            mma_warp_tile(acc, &f[ks % 2]);
         }
     }
     kl_copies_wait<0>(); /* nothing is left in flight, but leave no copy behind the exit */
@@ -373,7 +499,25 @@ __global__ void __launch_bounds__(THREADS, V9_MIN_BLOCKS)
 #else
     /* cp.async and m16n8k16 need sm_80; the rung table never launches this below 8.0. */
     (void)a, (void)b, (void)c, (void)m, (void)n, (void)k, (void)vec_a, (void)vec_b, (void)vec_c;
+    (void)chunks;
 #endif
+}
+
+/* A and B both read in 16-byte chunks: the common case, and the one timed. */
+__global__ void __launch_bounds__(THREADS, V9_MIN_BLOCKS)
+    matmul_mma_sync(const __half *__restrict__ a, const __half *__restrict__ b,
+                    __half *__restrict__ c, int64_t m, int64_t n, int64_t k, bool vec_c)
+{
+    mma_sync_tiles(a, b, c, m, n, k, true, true, vec_c, true);
+}
+
+/* Any shape and alignment: the matrices that cannot be read in chunks go element by element. */
+__global__ void __launch_bounds__(THREADS, V9_MIN_BLOCKS)
+    matmul_mma_sync_any(const __half *__restrict__ a, const __half *__restrict__ b,
+                        __half *__restrict__ c, int64_t m, int64_t n, int64_t k, bool vec_a,
+                        bool vec_b, bool vec_c)
+{
+    mma_sync_tiles(a, b, c, m, n, k, vec_a, vec_b, vec_c, false);
 }
 
 extern "C" void matmul_v9(const void *a, const void *b, void *c, struct matmul_dims d,
@@ -381,13 +525,19 @@ extern "C" void matmul_v9(const void *a, const void *b, void *c, struct matmul_d
 {
     (void)t; /* fp16 only: the rung's dtypes say so */
     static size_t room = 0; /* above 48 KB of dynamic shared memory a kernel must opt in */
-    if (!room)
+    if (!room) {
         room = kl_grant_shared_memory((const void *)matmul_mma_sync);
+        kl_grant_shared_memory((const void *)matmul_mma_sync_any);
+    }
     const bool vec_a = d.k % 8 == 0 && aligned16(a), vec_b = d.n % 8 == 0 && aligned16(b);
     const bool vec_c = d.n % 2 == 0 && (uintptr_t)c % 4 == 0;
     const dim3 grid(matmul_blocks(d.n, V9_BN), matmul_blocks(d.m, V9_BM));
-    matmul_mma_sync<<<grid, THREADS, SMEM_BYTES, s>>>((const __half *)a, (const __half *)b,
-                                                     (__half *)c, d.m, d.n, d.k, vec_a, vec_b,
-                                                     vec_c);
+    if (vec_a && vec_b)
+        matmul_mma_sync<<<grid, THREADS, SMEM_BYTES, s>>>((const __half *)a, (const __half *)b,
+                                                         (__half *)c, d.m, d.n, d.k, vec_c);
+    else
+        matmul_mma_sync_any<<<grid, THREADS, SMEM_BYTES, s>>>(
+            (const __half *)a, (const __half *)b, (__half *)c, d.m, d.n, d.k, vec_a, vec_b,
+            vec_c);
     LAUNCH_CHECK();
 }
