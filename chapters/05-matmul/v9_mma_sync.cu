@@ -30,8 +30,8 @@
  *     wait_group S - 2 waits only for the oldest tile. The global latency hides behind S - 1
  *     tiles of arithmetic, and one barrier per tile is enough.
  * Tiles: a block computes 128 x 256 of C with 8 warps (2 down, 4 across); each warp computes
- * 64 x 64 as 4 x 8 mma tiles (128 fp32 sums per thread). K advances by 32 per tile, two k16
- * steps, with 3 stages of A (128 x 32) and B (32 x 256) in shared memory: 3 x 24 KB = 72 KB;
+ * 64 x 64 as 4 x 8 mma tiles (128 fp32 sums per thread). K advances by 64 per tile, four k16
+ * steps, with 4 stages of A (128 x 64) and B (64 x 256) in shared memory: 4 x 48 KB = 192 KB;
  * the registers (255 a thread) allow one block per SM. Each step's operands are loaded while the previous step is multiplied,
  * including across tiles, so ldmatrix latency hides behind 32 HMMAs.
  * The copies cost the warps that multiply as little issue time as can be: where K and N are
@@ -45,16 +45,16 @@
  * the tile element by element, 0 outside, into the same swizzled layout. C is stored from the accumulators in
  * pairs where N is even and element by element elsewhere; only elements inside C are written.
  * What changed from v8: mma.sync and ldmatrix instead of WMMA; a swizzled instead of a padded
- * layout; a 3-stage cp.async ring instead of load, wait, multiply; a 128 x 256 block tile of
+ * layout; a 4-stage cp.async ring instead of load, wait, multiply; a 128 x 256 block tile of
  * 64 x 64 warp tiles (v8: 128 x 128 of 64 x 32); and blocks taken in groups of 8 block rows,
  * so that the blocks running at the same time share their tiles of A and B in L2.
  * Expected: per k16 step a warp reads 4 KB of shared memory (4 ldmatrix.x4 for A, 4 for B)
  * for 32 HMMAs, 64 K multiply-adds: one byte per 16 multiply-adds, against one per 10.7 for
  * v8's 64 x 32 warp tiles. Each element of A that a block loads serves 256 multiply-adds and
- * each of B 128 (v8: 128 and 128): 24 KB per tile for 1 M multiply-adds. The copies are issued
- * two tiles ahead, about 1 microsecond of arithmetic at the target rate, about a DRAM round
- * trip. Prediction: at least 70% of cuBLAS fp16 at 4096 and 8192 on an
- * H200. The rest needs Hopper's wgmma and TMA (v10).
+ * each of B 128 (v8: 128 and 128): 48 KB per tile for 2 M multiply-adds. The copies are issued
+ * three tiles ahead, about 3 microseconds of arithmetic at the target rate, more than a DRAM
+ * round trip; and 64-deep tiles halve the barriers of 32-deep ones. Prediction: at least 70%
+ * of cuBLAS fp16 at 4096 and 8192 on an H200. The rest needs Hopper's wgmma and TMA (v10).
  * Limits: fp16 only; compute capability 8.0 or newer (cp.async, m16n8k16). The fast path needs
  * K % 8 == 0 for A, N % 8 == 0 for B and 16-byte aligned matrices; the paired stores of C need
  * N even. Any M, N and K work, the other cases more slowly.
@@ -71,7 +71,7 @@
 #define V9_BN 256
 #endif
 #ifndef V9_BK
-#define V9_BK 32 /* depth of one stage */
+#define V9_BK 64 /* depth of one stage */
 #endif
 #ifndef V9_WARPS_M
 #define V9_WARPS_M 2 /* the block's warps: V9_WARPS_M down, V9_WARPS_N across */
@@ -80,7 +80,7 @@
 #define V9_WARPS_N 4
 #endif
 #ifndef V9_STAGES
-#define V9_STAGES 3 /* tiles of A and B in shared memory at once */
+#define V9_STAGES 4 /* tiles of A and B in shared memory at once */
 #endif
 #ifndef V9_GROUP_M
 #define V9_GROUP_M 8 /* block rows run side by side for L2 reuse; 1 = plain row order */
