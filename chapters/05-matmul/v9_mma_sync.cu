@@ -32,8 +32,9 @@
  * Tiles: a block computes 128 x 256 of C with 8 warps (2 down, 4 across); each warp computes
  * 64 x 64 as 4 x 8 mma tiles (128 fp32 sums per thread). K advances by 64 per tile, four k16
  * steps, with 4 stages of A (128 x 64) and B (64 x 256) in shared memory: 4 x 48 KB = 192 KB;
- * the registers (255 a thread) allow one block per SM. Each step's operands are loaded while the previous step is multiplied,
- * including across tiles, so ldmatrix latency hides behind 32 HMMAs.
+ * the registers (255 a thread) allow one block per SM. Each step's operands are loaded while
+ * the previous step is multiplied, including across tiles, so ldmatrix latency hides behind
+ * 32 HMMAs.
  * The copies cost the warps that multiply as little issue time as can be: where K and N are
  * multiples of 8 and A and B 16-byte aligned, each thread plans its 8 chunks a tile once (one
  * pointer into each matrix, advanced a tile at a time, and which rows and columns lie inside),
@@ -42,8 +43,9 @@
  * idle while all 8 warps did it at once, after each barrier.
  * Edges: in that case each 16-byte chunk lies wholly inside the matrix or wholly outside it,
  * and the chunks outside are written as zeros without a read. Otherwise a second kernel stages
- * the tile element by element, 0 outside, into the same swizzled layout. C is stored from the accumulators in
- * pairs where N is even and element by element elsewhere; only elements inside C are written.
+ * the tile element by element, 0 outside, into the same swizzled layout. C is stored from the
+ * accumulators in pairs where N is even and element by element elsewhere; only elements inside
+ * C are written.
  * What changed from v8: mma.sync and ldmatrix instead of WMMA; a swizzled instead of a padded
  * layout; a 4-stage cp.async ring instead of load, wait, multiply; a 128 x 256 block tile of
  * 64 x 64 warp tiles (v8: 128 x 128 of 64 x 32); and blocks taken in groups of 8 block rows,
