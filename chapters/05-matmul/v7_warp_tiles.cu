@@ -173,33 +173,27 @@ template <typename T> struct route {
     static constexpr bool a_async = sizeof(T) == 4 && !V7_A_REGS, b_async = sizeof(T) == 4;
 };
 
-/* The fp32 copies of the tiles at depth p0. r.a and r.b already point at that depth (advance
- * moves them a tile at a time), so a copy costs an add and a compare: the strides between a
- * thread's elements come from K and N alone, the same for every thread of the grid, and the
- * compiler keeps them out of the thread's registers. */
 template <typename T>
-__device__ __forceinline__ void copy_tiles(const tile_runs<T> &r, float *stage, int p0, int k,
-                                           int64_t n, bool vec_b)
+__device__ __forceinline__ void copy_tiles(const tile_runs<T> &r, float *stage, int p0)
 {
     if constexpr (route<T>::a_async) {
 #pragma unroll
         for (int j = 0; j < A_COLS; j++) {
-            const bool col_in = p0 + r.a_col + 8 * j < k;
+            const bool col_in = p0 + r.a_col + 8 * j < r.k;
 #pragma unroll
             for (int i = 0; i < A_ROWS; i++)
                 copy4_async(stage + r.a_dst + 8 * j * A_LD + i * A_STEP,
-                            r.a + i * ((int64_t)A_STEP * k) + 8 * j,
-                            col_in && (r.a_rows_in >> i & 1));
+                            r.a + i * r.a_step + p0 + 8 * j, col_in && (r.a_rows_in >> i & 1));
         }
     }
     if constexpr (route<T>::b_async) {
 #pragma unroll
         for (int l = 0; l < B_ROWS; l++) {
             const int row = p0 + r.b_row + l * B_STEP;
-            const float *src = r.b + l * (B_STEP * n);
+            const float *src = r.b + (int64_t)(p0 + l * B_STEP) * r.n;
             float *dst = stage + r.b_dst + l * B_STEP * V7_BN;
-            const int in = row < k ? r.b_cols_in : 0;
-            if (vec_b) {
+            const int in = row < r.k ? r.b_cols_in : 0;
+            if (r.vec_b) {
                 copy16_async(dst, src, in == 4);
             } else {
 #pragma unroll
@@ -208,17 +202,6 @@ __device__ __forceinline__ void copy_tiles(const tile_runs<T> &r, float *stage, 
             }
         }
     }
-}
-
-/* The next tile's copies: V7_BK columns of A and V7_BK rows of B further (fp32 only; the fp16
- * path addresses each tile from its depth). */
-template <typename T>
-__device__ __forceinline__ void advance(tile_runs<T> &r, int64_t n)
-{
-    if constexpr (route<T>::a_async)
-        r.a += V7_BK;
-    if constexpr (route<T>::b_async)
-        r.b += V7_BK * n;
 }
 
 /* 4 elements of a run, `in` of which (counted from the first; none if `in` <= 0) lie inside
@@ -329,15 +312,14 @@ __global__ void __launch_bounds__(THREADS, V7_MIN_BLOCKS)
     const int lane_row = (lane / 4) * 4, lane_col = (lane % 4) * 4;
     const int a_off = warp_row + lane_row, b_off = warp_col + lane_col;
     const int tiles = (int)((k + V7_BK - 1) / V7_BK);
-    tile_runs<T> runs = runs_of(a, b, m, n, k, row0, col0, vec_a, vec_b);
+    const tile_runs<T> runs = runs_of(a, b, m, n, k, row0, col0, vec_a, vec_b);
     constexpr bool staged = !route<T>::a_async || !route<T>::b_async;
 
     /* The first STAGES - 1 tiles are put on their way; each is one group of copies. */
 #pragma unroll
     for (int s = 0; s < V7_STAGES - 1; s++) {
         if (s < tiles) {
-            copy_tiles(runs, smem + s * STAGE_FLOATS, s * V7_BK, (int)k, n, vec_b);
-            advance(runs, n);
+            copy_tiles(runs, smem + s * STAGE_FLOATS, s * V7_BK);
             if constexpr (staged) {
                 tile_regs g;
                 fetch_tiles(g, runs, s * V7_BK);
@@ -377,9 +359,7 @@ __global__ void __launch_bounds__(THREADS, V7_MIN_BLOCKS)
                               a_off, b_off);
             if (q == 0) {
                 if (more) {
-                    copy_tiles(runs, smem + write * STAGE_FLOATS, (tile + V7_STAGES - 1) * V7_BK,
-                               (int)k, n, vec_b);
-                    advance(runs, n);
+                    copy_tiles(runs, smem + write * STAGE_FLOATS, (tile + V7_STAGES - 1) * V7_BK);
                     if constexpr (staged)
                         fetch_tiles(g, runs, (tile + V7_STAGES - 1) * V7_BK);
                 }
