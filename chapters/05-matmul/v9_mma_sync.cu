@@ -36,7 +36,7 @@
  * the previous step is multiplied, including across tiles, so ldmatrix latency hides behind
  * 32 HMMAs.
  * The copies cost the warps that multiply as little issue time as can be: where K and N are
- * multiples of 8 and A and B 16-byte aligned, each thread plans its 8 chunks a tile once (one
+ * multiples of 8 and A and B 16-byte aligned, each thread plans its 12 chunks a tile once (one
  * pointer into each matrix, advanced a tile at a time, and which rows and columns lie inside),
  * and issues them between the rows of HMMAs, where they fill the gaps of one warp's HMMA
  * stream. Issued before the HMMAs, as a burst of index arithmetic, they left the tensor cores
@@ -117,16 +117,9 @@ static_assert((B_CHUNKS & (B_CHUNKS - 1)) == 0 && (A_CHUNKS & (A_CHUNKS - 1)) ==
 
 /* ---- The PTX instructions, one helper each. Shared addresses are 32-bit .shared ones. ---- */
 
-/* 16 bytes global -> shared, asynchronously; bytes past src_bytes (0 or 16 here) are zeros. */
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-}
-
-/* The same, 16 bytes or, where `copy` is false, 16 zeros without reading src. */
-__device__ __forceinline__ void cp_async_16_or_zeros(uint32_t dst, const void *src, bool copy)
+/* 16 bytes global -> shared, asynchronously; where `copy` is false, 16 zero bytes, and src is
+ * not read (the copy's ignore-source predicate), so it may point anywhere. */
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, bool copy)
 {
     asm volatile("{\n .reg .pred skip;\n setp.eq.u32 skip, %2, 0;\n"
                  " cp.async.cg.shared.global [%0], [%1], 16, skip;\n}\n" ::"r"(dst),
@@ -206,8 +199,8 @@ __device__ __forceinline__ uint4 gather8(const __half *x, int64_t rows, int64_t 
 /* One matrix's share of a stage: `count` chunks of a rows x cols matrix, chunk idx of the
  * tile at (row0 + idx / chunks, col0 + 8 (idx % chunks)), stored swizzled at `stage`.
  * With cols % 8 == 0 and an aligned matrix, cp.async: a chunk that starts inside the matrix
- * then ends inside it, so the only partial case is "wholly outside", copied as 16 zero bytes
- * from a valid address (the matrix's first). Otherwise element by element through registers,
+ * then ends inside it, so the only partial case is "wholly outside", written as 16 zero bytes
+ * without a read. Otherwise element by element through registers,
  * one chunk at a time: this path is for odd shapes, and must not cost the fast one registers. */
 __device__ __forceinline__ void load_tile(uint32_t smem_base, uint32_t stage,
                                           const __half *x, int64_t rows, int64_t cols,
@@ -220,8 +213,10 @@ __device__ __forceinline__ void load_tile(uint32_t smem_base, uint32_t stage,
             const int idx = threadIdx.x + l * THREADS, r = idx / chunks, ch = idx % chunks;
             const int64_t row = row0 + r, col = col0 + ch * 8;
             const bool inside = row < rows && col < cols;
+            /* src is not read outside; pointing it at x there spares registers (96 bytes
+             * spilled against 160 with the address computed for every chunk) */
             cp_async_16(smem_base + stage + swizzled(r, ch, chunks),
-                        inside ? x + row * cols + col : x, inside ? 16 : 0);
+                        inside ? x + row * cols + col : x, inside);
         }
     } else {
 #pragma unroll 1
@@ -287,20 +282,20 @@ __device__ __forceinline__ struct copy_plan plan_copies(const struct block_view 
 /* Copy `idx` of this thread's share of the stage at depth p0 (p->a and p->b already point at
  * that depth): A's chunks first, then B's. Rows l A_ROWS_APART apart keep the same swizzle, so
  * chunk l lies a fixed stride past chunk 0. A chunk outside the matrix is written as 16 zero
- * bytes and reads nothing (the copy's ignore-source predicate). */
+ * bytes and reads nothing. */
 __device__ __forceinline__ void copy_chunk(const struct copy_plan *p, int k, uint32_t stage,
                                            int p0, int idx)
 {
     if (idx < A_LOADS) {
         const int l = idx;
         const bool inside = (p->a_rows_in >> l & 1) && p0 + p->a_col < k;
-        cp_async_16_or_zeros(stage + p->a_dst + l * A_ROWS_APART * A_CHUNKS * 16,
-                             p->a + l * p->a_step, inside);
+        cp_async_16(stage + p->a_dst + l * A_ROWS_APART * A_CHUNKS * 16, p->a + l * p->a_step,
+                    inside);
     } else {
         const int l = idx - A_LOADS;
         const bool inside = p->b_cols_in && p0 + p->b_row + l * B_ROWS_APART < k;
-        cp_async_16_or_zeros(stage + p->b_dst + l * B_ROWS_APART * B_CHUNKS * 16,
-                             p->b + l * p->b_step, inside);
+        cp_async_16(stage + p->b_dst + l * B_ROWS_APART * B_CHUNKS * 16, p->b + l * p->b_step,
+                    inside);
     }
 }
 
