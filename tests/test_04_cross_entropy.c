@@ -381,6 +381,74 @@ ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_handles_large_magnitudes)
                  sizeof magnitude_shapes / sizeof magnitude_shapes[0], " with logits of +-80");
 }
 
+/* Two fills for the mean's two paths in v5 and v6, which add the rows' losses as fixed-point
+ * integers where that is as exact as adding floats, and add the floats otherwise: every row
+ * confidently right (logit 10 at the label, 0 elsewhere: a loss of about 0.04 a row, too small
+ * for the fixed point), or confidently wrong (-500 at the label, +500 at the next class: about
+ * 1000 a row, past the fixed point's room once there are 66 rows or more). */
+static void fill_confident_rows(struct problem *p, struct rng *r, double at_label,
+                                double at_next)
+{
+    ce_chapter.fill(p, r);
+    const int32_t *labels = (const int32_t *)p->host_in[1];
+    size_t n_rows = (size_t)p->shape.dim[0], n_classes = (size_t)p->shape.dim[1];
+    for (size_t row = 0; row < n_rows; row++)
+        for (size_t c = 0; c < n_classes; c++) {
+            size_t label = (size_t)labels[row], next = (label + 1) % n_classes;
+            double v = c == label ? at_label : c == next ? at_next : 0.0;
+            store_from_double(p->host_in[0], p->dtype, row * n_classes + c, v);
+        }
+}
+
+static void fill_confidently_right(struct problem *p, struct rng *r)
+{
+    fill_confident_rows(p, r, 10.0, 0.0);
+}
+
+static void fill_confidently_wrong(struct problem *p, struct rng *r)
+{
+    fill_confident_rows(p, r, -500.0, 500.0);
+}
+
+static const char *const confident_shapes[] = {"3x7", "257x1000", "8200x31"};
+
+/* The two fills make the losses they claim: about 0.04 and 1000 a row. */
+Test(ce_labels, confident_fills_make_tiny_and_huge_losses)
+{
+    void (*fills[])(struct problem *, struct rng *) = {fill_confidently_right,
+                                                      fill_confidently_wrong};
+    const double want[] = {log(1.0 + 999.0 * exp(-10.0)), 1000.0};
+    for (int f = 0; f < 2; f++) {
+        struct chapter ch = chapter_with_fill(fills[f]);
+        struct problem p = described("257x1000", FWD, DT_FP32);
+        char why[192];
+        cr_assert(problem_alloc_host(&p, why, sizeof why) == 0, "%s", why);
+        struct rng r = rng_seeded(5);
+        ch.fill(&p, &r);
+        ch.reference(&p);
+        cr_expect(fabs(p.ref_out[0][0] - want[f]) < 1e-6 * want[f], "fill %d: loss %.9g, want %.9g",
+                  f, p.ref_out[0][0], want[f]);
+        problem_free(&p);
+    }
+}
+
+ParameterizedTestParameters(ce_gpu, rung_handles_tiny_and_huge_losses)
+{
+    return every_rung_and_pass();
+}
+
+ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_handles_tiny_and_huge_losses)
+{
+    SKIP_WITHOUT_GPU();
+    struct chapter right = chapter_with_fill(fill_confidently_right);
+    struct chapter wrong = chapter_with_fill(fill_confidently_wrong);
+    const size_t n = sizeof confident_shapes / sizeof confident_shapes[0];
+    check_shapes(&right, &ce_chapter.rungs[rp->rung], rp->pass, confident_shapes, n,
+                 " with confidently right rows");
+    check_shapes(&wrong, &ce_chapter.rungs[rp->rung], rp->pass, confident_shapes, n,
+                 " with confidently wrong rows");
+}
+
 /* Logits one element past a 16-byte boundary while dx stays aligned: every row then starts at
  * a different offset in the two, so the vector rungs take their scalar gradient path, and the
  * logits' rows start at new offsets. The wrapper copies the logits to a shifted scratch buffer

@@ -21,9 +21,10 @@
  * row one warp that issued 32 loads a lane one after the other (256 warps for the whole GPU).
  * A cluster per row, up to CE_MAX_BLOCKS clusters (beyond, each walks rows n, n + clusters,
  * ...). The mean takes one partial per cluster (its blocks' loss terms, added in rank order
- * through distributed shared memory), handed to block 0 in one store (below).
+ * through distributed shared memory), added to the mean in one 64-bit atomic that also counts
+ * the clusters, so the last cluster to arrive gets the whole sum back (below).
  * What changed from v4: a row in registers spread over a cluster, instead of in one block's
- * shared memory; one exp per logit; one merge per row.
+ * shared memory; one exp per logit; one merge per row; the mean in one atomic.
  * Expected: at the large preset, near the roof in every pass, fp16 included: fwd reads N C
  * elements, bwd and fwd_bwd read and write them, and the SMs never all pause at once. At
  * 256 x 1000 one DRAM round trip on 256 blocks, then the mean: about 3 us, 1.5 to 2 times the
@@ -40,15 +41,33 @@
 #define MAX_CLUSTER 8
 /* Three blocks an SM at least (85 registers a thread): 96 KB of fp32 logits in flight. */
 
-/* ---- The mean, one trip to L2 after the last cluster: v3's last-block scheme costs three
- * in a row (the partial's store and a fence, the counter's atomic, then the partials' loads),
- * which at 256 x 1000 is a third of the kernel. Here each cluster but the first stores its
- * partial together with a tag, in one 8-byte store; block 0 (cluster 0's first block), once
- * its own row is done, waits for each slot to carry this launch's tag and adds the partials in
- * cluster order, so the loss has the same bits on every run. The tag is one more than the
- * count of launches so far, which block 0 advances last; a launch reads it after the previous
- * launch has finished (stream order, or kl_wait_for_previous_grid), so stale slots never carry
- * it. Waiting cannot deadlock: no other block waits for block 0. */
+/* ---- The mean, in one atomic. v3's last-block scheme costs three trips to L2 in a row after
+ * the last block's work (the partial's store and a fence, the counter's atomic, then the
+ * partials' loads). Here each cluster adds its partial and its arrival to one 64-bit word in a
+ * single atomicAdd, and the cluster whose add completes the count has the whole sum in the
+ * value the atomic returns: one round trip, and nothing to read afterwards. The word holds
+ *   bits 50-63  clusters arrived          bits 36-49  partials kept out of the sum
+ *   bits  0-35  the sum of the others, in fixed point with MEAN_FRACTION_BITS fraction bits.
+ * Integers add associatively, so the sum has the same bits whatever order the clusters
+ * arrive in. A partial that is not a finite number in [0, 2^36 / clusters) in fixed point (a
+ * bad label's NaN, huge logits) is kept out of the sum, so the sum never overflows. The fixed
+ * point is exact to 2^-21 per partial; the cluster that finishes uses the sum only if nothing
+ * was kept out and the sum is at least half the number of clusters. Then its error,
+ * at most clusters x 2^-21, is within 2^-20 of the loss, as close as adding the floats.
+ * Otherwise it falls back to the floats themselves: every cluster also stores its partial with
+ * a tag in one 8-byte store, and the finishing block waits for each slot to carry this launch's
+ * tag and adds them in cluster order, so that loss too has the same bits on every run. The tag
+ * is one more than the count of launches so far, which the finishing block advances last; a
+ * launch reads it after the previous launch has finished (stream order, or
+ * kl_wait_for_previous_grid), so stale slots never carry it. The finishing block waits only
+ * for clusters that have already stored their slot, so it cannot deadlock, and it resets the
+ * word for the next launch. */
+#define MEAN_FRACTION_BITS 20
+#define MEAN_SUM_BITS 36
+#define MEAN_KEPT_OUT_SHIFT 36
+#define MEAN_ARRIVED_SHIFT 50
+#define MEAN_FIELD_MASK 0x3fffull /* 14 bits: up to 16383 clusters (CE_MAX_BLOCKS is 8192) */
+static __device__ unsigned long long mean_word;
 static __device__ unsigned long long partial_slots[CE_MAX_BLOCKS];
 static __device__ unsigned launches_done;
 
@@ -71,23 +90,62 @@ __device__ __forceinline__ unsigned ce_launch_tag()
     return v + 1;
 }
 
+/* What one cluster adds to mean_word: its arrival, and its partial in fixed point, or a mark
+ * that it was kept out. */
+__device__ __forceinline__ unsigned long long ce_mean_entry(float sum, unsigned clusters)
+{
+    const double fixed = (double)sum * (double)(1 << MEAN_FRACTION_BITS);
+    const double limit = (double)(1ull << MEAN_SUM_BITS) / (double)clusters;
+    const unsigned long long arrived = 1ull << MEAN_ARRIVED_SHIFT;
+    if (fixed >= 0.0 && fixed < limit) /* false for NaN */
+        return arrived | (unsigned long long)__double2ll_rn(fixed);
+    return arrived | 1ull << MEAN_KEPT_OUT_SHIFT;
+}
+
+/* The loss from the finished word, or a negative number where the floats must be added. */
+__device__ __forceinline__ float ce_mean_from_word(unsigned long long word, unsigned clusters,
+                                                   size_t n_rows)
+{
+    const unsigned long long sum = word & ((1ull << MEAN_SUM_BITS) - 1);
+    const bool kept_out = (word >> MEAN_KEPT_OUT_SHIFT & MEAN_FIELD_MASK) != 0;
+    if (kept_out || sum < (unsigned long long)clusters << (MEAN_FRACTION_BITS - 1))
+        return -1.f;
+    return (float)((double)sum / (double)(1 << MEAN_FRACTION_BITS)) / (float)n_rows;
+}
+
 /* Every thread of cluster `cluster`'s first block calls this; sum is valid in thread 0. */
 __device__ __forceinline__ void ce_hand_in_partial(float sum, float *loss, size_t n_rows,
                                                    unsigned tag, unsigned cluster,
                                                    unsigned clusters)
 {
-    if (cluster != 0) {
-        if (threadIdx.x == 0)
+    __shared__ bool fall_back;
+    if (threadIdx.x == 0) {
+        float mean = sum / (float)n_rows; /* one cluster: nothing to add */
+        bool finishing = clusters == 1;
+        if (clusters > 1) {
             ce_store_relaxed(partial_slots + cluster,
                              (unsigned long long)tag << 32 | __float_as_uint(sum));
-        return;
+            const unsigned long long mine = ce_mean_entry(sum, clusters);
+            const unsigned long long word = atomicAdd(&mean_word, mine) + mine;
+            finishing = (word >> MEAN_ARRIVED_SHIFT) == clusters;
+            if (finishing) {
+                mean_word = 0; /* every cluster has added: ready for the next launch */
+                mean = ce_mean_from_word(word, clusters, n_rows);
+            }
+        }
+        fall_back = finishing && mean < 0.f;
+        if (finishing && !fall_back) {
+            *loss = mean;
+            asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(&launches_done), "r"(tag)
+                         : "memory");
+        }
     }
+    __syncthreads();
+    if (!fall_back)
+        return;
+    /* Thread 0's store of this cluster's own slot is visible to the block past the barrier. */
     float mine = 0.f;
     for (unsigned c = threadIdx.x; c < clusters; c += blockDim.x) {
-        if (c == 0) {
-            mine += sum;
-            continue;
-        }
         unsigned long long slot;
         do
             slot = ce_load_relaxed(partial_slots + c);
