@@ -21,8 +21,9 @@
  * row one warp that issued 32 loads a lane one after the other (256 warps for the whole GPU).
  * A cluster per row, up to CE_MAX_BLOCKS clusters (beyond, each walks rows n, n + clusters,
  * ...). The mean takes one partial per cluster (its blocks' loss terms, added in rank order
- * through distributed shared memory), added to the mean in one 64-bit atomic that also counts
- * the clusters, so the last cluster to arrive gets the whole sum back (below).
+ * through distributed shared memory); where the whole grid is resident at once, the partials
+ * go into one 64-bit atomic that also counts them, so the last cluster to arrive gets the
+ * whole sum back (below).
  * What changed from v4: a row in registers spread over a cluster, instead of in one block's
  * shared memory; one exp per logit; one merge per row; the mean in one atomic.
  * Expected: at the large preset, near the roof in every pass, fp16 included: fwd reads N C
@@ -41,32 +42,39 @@
 #define MAX_CLUSTER 8
 /* Three blocks an SM at least (85 registers a thread): 96 KB of fp32 logits in flight. */
 
-/* ---- The mean, in one atomic. v3's last-block scheme costs three trips to L2 in a row after
- * the last block's work (the partial's store and a fence, the counter's atomic, then the
- * partials' loads). Here each cluster adds its partial and its arrival to one 64-bit word in a
- * single atomicAdd, and the cluster whose add completes the count has the whole sum in the
- * value the atomic returns: one round trip, and nothing to read afterwards. The word holds
- *   bits 50-63  clusters arrived          bits 36-49  partials kept out of the sum
- *   bits  0-35  the sum of the others, in fixed point with MEAN_FRACTION_BITS fraction bits.
- * Integers add associatively, so the sum has the same bits whatever order the clusters
- * arrive in. A partial that is not a finite number in [0, 2^36 / clusters) in fixed point (a
- * bad label's NaN, huge logits) is kept out of the sum, so the sum never overflows. The fixed
- * point is exact to 2^-21 per partial; the cluster that finishes uses the sum only if nothing
- * was kept out and the sum is at least half the number of clusters. Then its error,
- * at most clusters x 2^-21, is within 2^-20 of the loss, as close as adding the floats.
- * Otherwise it falls back to the floats themselves: every cluster also stores its partial with
- * a tag in one 8-byte store, and the finishing block waits for each slot to carry this launch's
- * tag and adds them in cluster order, so that loss too has the same bits on every run. The tag
- * is one more than the count of launches so far, which the finishing block advances last; a
- * launch reads it after the previous launch has finished (stream order, or
- * kl_wait_for_previous_grid), so stale slots never carry it. The finishing block waits only
- * for clusters that have already stored their slot, so it cannot deadlock, and it resets the
- * word for the next launch. */
+/* ---- The mean. v3's last-block scheme costs three trips to L2 in a row after the last
+ * block's work (the partial's store and a fence, the counter's atomic, then the partials'
+ * loads), which at 256 x 1000 is a third of the kernel. v5 has two ways with fewer:
+ *   - Block 0 waits (any grid). Each cluster but the first stores its partial together with a
+ *     tag, in one 8-byte store; block 0 (cluster 0's first block), once its own row is done,
+ *     waits for each slot to carry this launch's tag and adds the partials in cluster order.
+ *     When the grid runs in several waves, block 0 waits while later waves work, and only the
+ *     last slot's trip to L2 and back is left after the last cluster.
+ *   - One atomic (the grid is resident at once, one block per row). Each cluster adds its
+ *     partial and its arrival to one 64-bit word in a single atomicAdd, and the cluster whose
+ *     add completes the count has the whole sum in the value the atomic returns: one round
+ *     trip, and nothing to read afterwards. The word holds
+ *       bits 50-63  clusters arrived        bits 36-49  partials kept out of the sum
+ *       bits  0-35  the sum of the others, fixed point with MEAN_FRACTION_BITS fraction bits.
+ *     Integers add associatively, so the sum has the same bits whatever order the clusters
+ *     arrive in. A partial that is not a finite number in [0, 2^36 / clusters) in fixed point
+ *     (a bad label's NaN, huge logits) is kept out, so the sum never overflows. Rounding costs
+ *     at most 2^-21 a partial, so the sum is used only if nothing was kept out and it is at
+ *     least half the number of clusters: its error is then within 2^-20 of the loss, as close
+ *     as adding the floats. Otherwise the finishing block adds the tagged slots, which every
+ *     cluster stores before its atomic, in cluster order. The atomic makes each block wait one
+ *     round trip before it exits: nothing, when every block is resident from the start, but a
+ *     later wave would start that much later, hence the condition.
+ * Both give the same bits on every run. The tag is one more than the count of launches so far,
+ * which the finishing block advances last; a launch reads it after the previous launch has
+ * finished (stream order, or kl_wait_for_previous_grid), so stale slots never carry it.
+ * Nothing waits for a block that waits, so neither can deadlock. */
 #define MEAN_FRACTION_BITS 20
 #define MEAN_SUM_BITS 36
 #define MEAN_KEPT_OUT_SHIFT 36
 #define MEAN_ARRIVED_SHIFT 50
 #define MEAN_FIELD_MASK 0x3fffull /* 14 bits: up to 16383 clusters (CE_MAX_BLOCKS is 8192) */
+#define MEAN_SLOT_BATCH 8         /* slots a thread reads before it waits for any */
 static __device__ unsigned long long mean_word;
 static __device__ unsigned long long partial_slots[CE_MAX_BLOCKS];
 static __device__ unsigned launches_done;
@@ -90,6 +98,46 @@ __device__ __forceinline__ unsigned ce_launch_tag()
     return v + 1;
 }
 
+/* The loss, and the tag that tells the next launch's slots from this one's. */
+__device__ __forceinline__ void ce_finish_loss(float *loss, float mean, unsigned tag)
+{
+    *loss = mean;
+    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(&launches_done), "r"(tag)
+                 : "memory");
+}
+
+/* The partials in cluster order, valid in thread 0; every thread of the block calls this.
+ * Slot `self` is not read: thread 0, which would read it (self is 0 or none), adds `own`. A
+ * thread reads MEAN_SLOT_BATCH slots at once, then waits for any not yet tagged. */
+__device__ __forceinline__ float ce_add_slots(unsigned tag, unsigned clusters, unsigned self,
+                                              float own)
+{
+    const unsigned G = blockDim.x;
+    float mine = 0.f;
+    for (unsigned first = threadIdx.x; first < clusters; first += MEAN_SLOT_BATCH * G) {
+        unsigned long long slot[MEAN_SLOT_BATCH];
+#pragma unroll
+        for (int i = 0; i < MEAN_SLOT_BATCH; i++) {
+            const unsigned c = first + i * G;
+            slot[i] = c < clusters && c != self ? ce_load_relaxed(partial_slots + c) : 0;
+        }
+#pragma unroll
+        for (int i = 0; i < MEAN_SLOT_BATCH; i++) {
+            const unsigned c = first + i * G;
+            if (c >= clusters)
+                break;
+            if (c == self) {
+                mine += own;
+                continue;
+            }
+            while ((unsigned)(slot[i] >> 32) != tag)
+                slot[i] = ce_load_relaxed(partial_slots + c);
+            mine += __uint_as_float((unsigned)slot[i]);
+        }
+    }
+    return ce_block_sum(mine);
+}
+
 /* What one cluster adds to mean_word: its arrival, and its partial in fixed point, or a mark
  * that it was kept out. */
 __device__ __forceinline__ unsigned long long ce_mean_entry(float sum, unsigned clusters)
@@ -102,7 +150,7 @@ __device__ __forceinline__ unsigned long long ce_mean_entry(float sum, unsigned 
     return arrived | 1ull << MEAN_KEPT_OUT_SHIFT;
 }
 
-/* The loss from the finished word, or a negative number where the floats must be added. */
+/* The mean from the completed word, or -1 where the floats must be added instead. */
 __device__ __forceinline__ float ce_mean_from_word(unsigned long long word, unsigned clusters,
                                                    size_t n_rows)
 {
@@ -110,54 +158,55 @@ __device__ __forceinline__ float ce_mean_from_word(unsigned long long word, unsi
     const bool kept_out = (word >> MEAN_KEPT_OUT_SHIFT & MEAN_FIELD_MASK) != 0;
     if (kept_out || sum < (unsigned long long)clusters << (MEAN_FRACTION_BITS - 1))
         return -1.f;
-    return (float)((double)sum / (double)(1 << MEAN_FRACTION_BITS)) / (float)n_rows;
+    return (float)((double)sum * (1.0 / (1 << MEAN_FRACTION_BITS))) / (float)n_rows;
 }
 
 /* Every thread of cluster `cluster`'s first block calls this; sum is valid in thread 0. */
 __device__ __forceinline__ void ce_hand_in_partial(float sum, float *loss, size_t n_rows,
                                                    unsigned tag, unsigned cluster,
-                                                   unsigned clusters)
+                                                   unsigned clusters, bool one_atomic)
 {
+    if (clusters == 1) {
+        if (threadIdx.x == 0)
+            ce_finish_loss(loss, sum / (float)n_rows, tag);
+        return;
+    }
+    if (!one_atomic) { /* block 0 waits */
+        if (cluster != 0) {
+            if (threadIdx.x == 0)
+                ce_store_relaxed(partial_slots + cluster,
+                                 (unsigned long long)tag << 32 | __float_as_uint(sum));
+            return;
+        }
+        const float total = ce_add_slots(tag, clusters, 0, sum);
+        if (threadIdx.x == 0)
+            ce_finish_loss(loss, total / (float)n_rows, tag);
+        return;
+    }
     __shared__ bool fall_back;
     if (threadIdx.x == 0) {
-        float mean = sum / (float)n_rows; /* one cluster: nothing to add */
-        bool finishing = clusters == 1;
-        if (clusters > 1) {
-            ce_store_relaxed(partial_slots + cluster,
-                             (unsigned long long)tag << 32 | __float_as_uint(sum));
-            const unsigned long long mine = ce_mean_entry(sum, clusters);
-            const unsigned long long word = atomicAdd(&mean_word, mine) + mine;
-            finishing = (word >> MEAN_ARRIVED_SHIFT) == clusters;
-            if (finishing) {
-                mean_word = 0; /* every cluster has added: ready for the next launch */
-                mean = ce_mean_from_word(word, clusters, n_rows);
-            }
+        ce_store_relaxed(partial_slots + cluster,
+                         (unsigned long long)tag << 32 | __float_as_uint(sum));
+        const unsigned long long mine = ce_mean_entry(sum, clusters);
+        const unsigned long long word = atomicAdd(&mean_word, mine) + mine;
+        const bool finishing = (word >> MEAN_ARRIVED_SHIFT) == clusters;
+        float mean = -1.f;
+        if (finishing) {
+            mean_word = 0; /* every cluster has added: ready for the next launch */
+            mean = ce_mean_from_word(word, clusters, n_rows);
+            if (mean >= 0.f)
+                ce_finish_loss(loss, mean, tag);
         }
         fall_back = finishing && mean < 0.f;
-        if (finishing && !fall_back) {
-            *loss = mean;
-            asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(&launches_done), "r"(tag)
-                         : "memory");
-        }
     }
     __syncthreads();
     if (!fall_back)
         return;
-    /* Thread 0's store of this cluster's own slot is visible to the block past the barrier. */
-    float mine = 0.f;
-    for (unsigned c = threadIdx.x; c < clusters; c += blockDim.x) {
-        unsigned long long slot;
-        do
-            slot = ce_load_relaxed(partial_slots + c);
-        while ((unsigned)(slot >> 32) != tag);
-        mine += __uint_as_float((unsigned)slot);
-    }
-    mine = ce_block_sum(mine);
-    if (threadIdx.x == 0) {
-        *loss = mine / (float)n_rows;
-        asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(&launches_done), "r"(tag)
-                     : "memory");
-    }
+    /* Every cluster stored its slot before its atomic, this block's own included (visible to
+     * the block past the barrier). */
+    const float total = ce_add_slots(tag, clusters, clusters, 0.f);
+    if (threadIdx.x == 0)
+        ce_finish_loss(loss, total / (float)n_rows, tag);
 }
 
 /* Where a block's logits of one row lie. vec: packs q in [first_pack, end_pack) of the row's
@@ -231,7 +280,7 @@ template <typename T, int P, bool LOSS, bool GRAD>
 __global__ void __launch_bounds__(ROW_THREADS, 3)
     ce_cluster_rows(const T *__restrict__ x, const int32_t *__restrict__ labels,
                     float *__restrict__ loss, T *__restrict__ dx, size_t n_rows, int n_classes,
-                    float inv_rows, bool vec)
+                    float inv_rows, bool vec, bool one_atomic)
 {
     constexpr int W = pack16<T>::width;
     __shared__ ce_online part[32], published[1], combined[1];
@@ -376,7 +425,8 @@ __global__ void __launch_bounds__(ROW_THREADS, 3)
             sum = combined_loss[0];
         }
         if (rank == 0)
-            ce_hand_in_partial(sum, loss, n_rows, tag, blockIdx.x / B, (unsigned)clusters);
+            ce_hand_in_partial(sum, loss, n_rows, tag, blockIdx.x / B, (unsigned)clusters,
+                               one_atomic);
     }
     if (readers_pending)
         cluster_wait_readers();
@@ -413,8 +463,13 @@ static void launch_pass(const T *x, const int32_t *labels, float *loss, T *dx, s
     auto kernel = ce_cluster_rows<T, P, LOSS, GRAD>;
     const size_t clusters = n_rows < CE_MAX_BLOCKS ? n_rows : CE_MAX_BLOCKS;
     const struct kl_launch_opts o = {(unsigned)cp->blocks_per_row, early};
+    /* The mean in one atomic when every block is resident from the start (above). */
+    int per_sm = 0;
+    if (LOSS && cp->blocks_per_row == 1)
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, cp->threads, 0));
+    const bool one_atomic = clusters <= (size_t)per_sm * (size_t)ce_sm_count();
     kl_launch(kernel, dim3((unsigned)(clusters * cp->blocks_per_row)), dim3(cp->threads), 0, s,
-              o, x, labels, loss, dx, n_rows, n_classes, 1.f / (float)n_rows, vec);
+              o, x, labels, loss, dx, n_rows, n_classes, 1.f / (float)n_rows, vec, one_atomic);
 }
 
 template <typename T, int P>
