@@ -257,18 +257,27 @@ static struct chapter chapter_with_fill(void (*fill)(struct problem *, struct rn
     return ch;
 }
 
+/* A problem of this shape and pass in fp32, filled by `fill` and its reference computed: for
+ * the tests that a fill makes what it claims. The caller frees it. */
+static struct problem reference_with_fill(void (*fill)(struct problem *, struct rng *),
+                                          const char *shape, int pass, uint64_t seed)
+{
+    struct chapter ch = chapter_with_fill(fill);
+    struct problem p = described(shape, pass, DT_FP32);
+    char why[192];
+    cr_assert(problem_alloc_host(&p, why, sizeof why) == 0, "%s", why);
+    struct rng r = rng_seeded(seed);
+    ch.fill(&p, &r);
+    ch.reference(&p);
+    return p;
+}
+
 /* The bad-label fill really makes the reference NaN where the rungs must be: the GPU tests
  * below could not fail otherwise. */
 Test(ce_labels, bad_label_fill_puts_nan_in_every_pass)
 {
-    struct chapter ch = chapter_with_fill(fill_bad_labels);
     for (int pass = FWD; pass <= FWD_BWD; pass++) {
-        struct problem p = described("5x7", pass, DT_FP32);
-        char why[192];
-        cr_assert(problem_alloc_host(&p, why, sizeof why) == 0, "%s", why);
-        struct rng r = rng_seeded(3);
-        ch.fill(&p, &r);
-        ch.reference(&p);
+        struct problem p = reference_with_fill(fill_bad_labels, "5x7", pass, 3);
         if (pass != BWD)
             cr_expect(isnan(p.ref_out[0][0]), "pass %d: the loss must be NaN", pass);
         if (pass != FWD) {
@@ -419,13 +428,7 @@ Test(ce_labels, confident_fills_make_tiny_and_huge_losses)
                                                       fill_confidently_wrong};
     const double want[] = {log(1.0 + 999.0 * exp(-10.0)), 1000.0};
     for (int f = 0; f < 2; f++) {
-        struct chapter ch = chapter_with_fill(fills[f]);
-        struct problem p = described("257x1000", FWD, DT_FP32);
-        char why[192];
-        cr_assert(problem_alloc_host(&p, why, sizeof why) == 0, "%s", why);
-        struct rng r = rng_seeded(5);
-        ch.fill(&p, &r);
-        ch.reference(&p);
+        struct problem p = reference_with_fill(fills[f], "257x1000", FWD, 5);
         cr_expect(fabs(p.ref_out[0][0] - want[f]) < 1e-6 * want[f], "fill %d: loss %.9g, want %.9g",
                   f, p.ref_out[0][0], want[f]);
         problem_free(&p);
