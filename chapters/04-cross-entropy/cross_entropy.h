@@ -32,6 +32,7 @@ CE_RUNG(v4)
 CE_RUNG(v5)
 CE_RUNG(v6)
 CE_RUNG(v7)
+CE_RUNG(v8)
 CE_RUNG(vendor)
 #undef CE_RUNG
 

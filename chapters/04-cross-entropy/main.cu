@@ -48,6 +48,7 @@ ADAPT(v4)
 ADAPT(v5)
 ADAPT(v6)
 ADAPT(v7)
+ADAPT(v8)
 ADAPT(vendor)
 
 static void run_exercise(const struct launch_args *a, cudaStream_t s)
@@ -78,6 +79,8 @@ static const struct rung rungs[] = {
     RUNG_CC("v6_early_launch", v6, "v5 with programmatic dependent launch: launches overlap", 90,
             NULL),
     RUNG("v7_pipelined", v7, "long rows: a resident block refills its copy with the next row",
+         NULL),
+    RUNG("v8_split_rows", v8, "forward: rows cut into spans, a warp each, no barrier; else v7",
          NULL),
     RUNG("vendor", vendor, "cuDNN log-softmax + our gather and gradient kernels",
          vendor_unsupported),
