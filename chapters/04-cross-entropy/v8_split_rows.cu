@@ -19,13 +19,8 @@
  * each, whose loads nothing holds back but the warp's own summary; the second kernel costs a
  * few microseconds. fp32 should come near v4's 102% of the (copy) roof, as a plain read stream
  * does.
- * What else was tried (the large preset, fp16 / fp32 % of the roof, exploratory runs):
- *   - the warp that completes a row merging it at once, each span counted in with an atomic
- *     after a fence, so that no second kernel was needed: 51 / 54%. The fence and the
- *     atomic's round trip stood between every span and the next;
- *   - 4 packs a lane, with the next span's loads issued before this one is summarised (two
- *     spans in registers, so no more fit at 64 registers): 83 / 94%; 4 packs without: 82 /
- *     94%; 2 packs: 64 / 79%. What counts is the bytes a warp asks for at once.
+ * (The chapter's README has what the variants that lost measured: a row finished by its last
+ * span's warp, and fewer packs a lane, with and without the next span's loads issued early.)
  * Limits: the backward and the fused pass are v7's (they must hold the row to write its
  * gradient); rows of up to 1024 logits keep v3's warp, as in v7. The workspace is allocated on
  * the first call (the harness makes it before any graph capture) and grows with the problem,
