@@ -10,7 +10,7 @@
  * waits for. A second, small kernel then gives each row to a warp, which merges the row's spans
  * in span order and adds the row's loss; the mean is v3's (ce_finish_mean), so the loss has the
  * same bits on every run. That kernel is launched early (programmatic dependent launch, as in
- * v6), so that its launch overlaps the stream's last spans.
+ * v6, on sm_90), so that its launch overlaps the stream's last spans.
  * What changed from v7 (forward only): no block-wide merge, no copy in shared memory, no
  * barrier; a row's spans are summarised by many warps at once; 8 bytes of workspace for every
  * span, and a second kernel that reads them.
@@ -199,7 +199,7 @@ static void launch_loss(const T *x, const int32_t *labels, float *loss, size_t n
     const size_t rows_a_block = FINISH_THREADS / 32;
     size_t finish_blocks = (n_rows + rows_a_block - 1) / rows_a_block;
     finish_blocks = finish_blocks < CE_MAX_BLOCKS ? finish_blocks : CE_MAX_BLOCKS;
-    const struct kl_launch_opts early = {1, true};
+    const struct kl_launch_opts early = {1, ce_device_cc() >= 90};
     kl_launch(ce_split_finish<T>, dim3((unsigned)finish_blocks), dim3(FINISH_THREADS), 0, s,
               early, x, labels, loss, n_rows, n_classes, n_spans, (const ce_online *)states);
 }
