@@ -8,8 +8,9 @@
  *    as soon as every block of that kernel has called kl_let_next_grid_start() (kernels.cuh).
  *    Its blocks then wait in kl_wait_for_previous_grid() instead of waiting to be launched, so
  *    the launch and the block start-up of back-to-back kernels overlap.
- * Also here: the one-time grant of more than 48 KB of shared memory to a kernel, and the
- * relaxed capture mode that lets such set-up through a graph capture. */
+ * Also here: the device's compute capability, the one-time grant of more than 48 KB of shared
+ * memory to a kernel, and the relaxed capture mode that lets such set-up through a graph
+ * capture. */
 #ifndef KL_LAUNCH_CUH
 #define KL_LAUNCH_CUH
 
@@ -63,6 +64,23 @@ static inline cudaStreamCaptureMode kl_capture_relax(void)
 static inline void kl_capture_restore(cudaStreamCaptureMode mode)
 {
     CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+}
+
+/* Compute capability of the current device as 10 * major + minor (90 on Hopper), asked of the
+ * driver once per device: launchers use it to pick a kernel or a launch attribute. */
+static inline int kl_device_cc(void)
+{
+    static int cached_dev = -1, cc = 0;
+    int dev;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev != cached_dev) {
+        int major, minor;
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        cc = 10 * major + minor;
+        cached_dev = dev;
+    }
+    return cc;
 }
 
 /* Raises the dynamic shared memory `kernel` may take to the device's opt-in maximum (227 KB on

@@ -328,21 +328,6 @@ static inline int ce_sm_count(void)
     return sms;
 }
 
-/* Compute capability of the current device as 10 * major + minor (90 on Hopper), asked once:
- * programmatic dependent launch (v8's second kernel) needs 90. */
-static inline int ce_device_cc(void)
-{
-    static int cc = 0;
-    if (!cc) {
-        int dev, major, minor;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        cc = 10 * major + minor;
-    }
-    return cc;
-}
-
 /* Launch shape of the kernels that give each row to one warp (v3, and v4 for short rows). A
  * problem of at most 32K logits whose rows fit in one block of max_threads (a warp a row) runs
  * as that one block, so the mean needs no second step and the whole pass is one DRAM round

@@ -199,7 +199,7 @@ static void launch_loss(const T *x, const int32_t *labels, float *loss, size_t n
     const size_t rows_a_block = FINISH_THREADS / 32;
     size_t finish_blocks = (n_rows + rows_a_block - 1) / rows_a_block;
     finish_blocks = finish_blocks < CE_MAX_BLOCKS ? finish_blocks : CE_MAX_BLOCKS;
-    const struct kl_launch_opts early = {1, ce_device_cc() >= 90};
+    const struct kl_launch_opts early = {1, kl_device_cc() >= 90};
     kl_launch(ce_split_finish<T>, dim3((unsigned)finish_blocks), dim3(FINISH_THREADS), 0, s,
               early, x, labels, loss, n_rows, n_classes, n_spans, (const ce_online *)states);
 }

@@ -7,6 +7,7 @@
  * b[p * b_row + j * b_col], so a transposed operand is the same matrix walked the other way.
  * Their tile loads are strided, not coalesced: correct everywhere, fast nowhere, until the
  * fast rungs learn transposed tile loads. */
+#include "launch.cuh"
 #include "matmul.cuh"
 
 #define TILE 16
@@ -47,28 +48,14 @@ static void launch(enum matmul_form form, const T *a, const T *b, T *c, struct m
     LAUNCH_CHECK();
 }
 
-/* Compute capability of the current device, as major * 10 + minor, asked once. */
-static int device_cc(void)
-{
-    static int cc = 0;
-    if (!cc) {
-        int dev, major, minor;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        cc = major * 10 + minor;
-    }
-    return cc;
-}
-
 static void best_ab(const void *a, const void *b, void *c, struct matmul_dims d, enum dtype t,
                     cudaStream_t s)
 {
     if (t == DT_FP32)
         matmul_v7(a, b, c, d, t, s);
-    else if (device_cc() == 90)
+    else if (kl_device_cc() == 90)
         matmul_v10(a, b, c, d, t, s);
-    else if (device_cc() >= 80)
+    else if (kl_device_cc() >= 80)
         matmul_v9(a, b, c, d, t, s);
     else
         matmul_v8(a, b, c, d, t, s);

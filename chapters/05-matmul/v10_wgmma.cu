@@ -728,12 +728,9 @@ static const struct v10_device *v10_device_state(void)
     CUDA_CHECK(cudaGetDevice(&id));
     if (id == dev.id)
         return &dev;
-    int major, minor;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, id));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, id));
     dev.id = id;
     dev.why = NULL;
-    if (major != 9 || minor != 0) {
+    if (kl_device_cc() != 90) {
         dev.why = "built for sm_90a (compute capability 9.0) only";
         return &dev;
     }
