@@ -400,13 +400,14 @@ static void fill_confident_rows(struct problem *p, struct rng *r, double at_labe
 {
     ce_chapter.fill(p, r);
     const int32_t *labels = (const int32_t *)p->host_in[1];
-    size_t n_rows = (size_t)p->shape.dim[0], n_classes = (size_t)p->shape.dim[1];
-    for (size_t row = 0; row < n_rows; row++)
+    const size_t n_rows = (size_t)p->shape.dim[0], n_classes = (size_t)p->shape.dim[1];
+    for (size_t row = 0; row < n_rows; row++) {
+        const size_t label = (size_t)labels[row], next = (label + 1) % n_classes;
         for (size_t c = 0; c < n_classes; c++) {
-            size_t label = (size_t)labels[row], next = (label + 1) % n_classes;
-            double v = c == label ? at_label : c == next ? at_next : 0.0;
+            const double v = c == label ? at_label : c == next ? at_next : 0.0;
             store_from_double(p->host_in[0], p->dtype, row * n_classes + c, v);
         }
+    }
 }
 
 static void fill_confidently_right(struct problem *p, struct rng *r)
