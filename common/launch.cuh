@@ -66,6 +66,25 @@ static inline void kl_capture_restore(cudaStreamCaptureMode mode)
     CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
 }
 
+/* A device buffer of at least `need` bytes: *buf, of *have bytes, replaced by a larger one when
+ * a larger problem comes, and kept otherwise. Inside a capture (only under --no-verify) the old
+ * buffer may belong to nodes already captured, and cudaFree would synchronise: it is left
+ * allocated. */
+static inline void *kl_grow_buffer(void **buf, size_t *have, size_t need, cudaStream_t s)
+{
+    if (need > *have) {
+        const cudaStreamCaptureMode mode = kl_capture_relax();
+        cudaStreamCaptureStatus capturing;
+        CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
+        if (*buf && capturing == cudaStreamCaptureStatusNone)
+            CUDA_CHECK(cudaFree(*buf));
+        CUDA_CHECK(cudaMalloc(buf, need));
+        kl_capture_restore(mode);
+        *have = need;
+    }
+    return *buf;
+}
+
 /* Compute capability of the current device as 10 * major + minor (90 on Hopper), asked of the
  * driver once per device: launchers use it to pick a kernel or a launch attribute. */
 static inline int kl_device_cc(void)

@@ -45,8 +45,8 @@
 /* ---- The mean. v3's last-block scheme costs three trips to L2 in a row after the last
  * block's work (the partial's store and a fence, the counter's atomic, then the partials'
  * loads), which at 256 x 1000 is a third of the kernel. v5 has two ways with fewer:
- *   - Block 0 waits (any grid). Each cluster but the first stores its partial together with a
- *     tag, in one 8-byte store; block 0 (cluster 0's first block), once its own row is done,
+ *   - Block 0 waits (any grid). Each cluster stores its partial together with a tag, in one
+ *     8-byte store; block 0 (cluster 0's first block), once its own row is done,
  *     waits for each slot to carry this launch's tag and adds the partials in cluster order.
  *     When the grid runs in several waves, block 0 waits while later waves work, and only the
  *     last slot's trip to L2 and back is left after the last cluster.
@@ -107,10 +107,8 @@ __device__ __forceinline__ void ce_finish_loss(float *loss, float mean, unsigned
 }
 
 /* The partials in cluster order, valid in thread 0; every thread of the block calls this.
- * Slot `self` is not read: thread 0, which would read it (self is 0 or none), adds `own`. A
- * thread reads MEAN_SLOT_BATCH slots at once, then waits for any not yet tagged. */
-__device__ __forceinline__ float ce_add_slots(unsigned tag, unsigned clusters, unsigned self,
-                                              float own)
+ * A thread reads MEAN_SLOT_BATCH slots at once, then waits for any not yet tagged. */
+__device__ __forceinline__ float ce_add_slots(unsigned tag, unsigned clusters)
 {
     const unsigned G = blockDim.x;
     float mine = 0.f;
@@ -119,17 +117,13 @@ __device__ __forceinline__ float ce_add_slots(unsigned tag, unsigned clusters, u
 #pragma unroll
         for (int i = 0; i < MEAN_SLOT_BATCH; i++) {
             const unsigned c = first + i * G;
-            slot[i] = c < clusters && c != self ? ce_load_relaxed(partial_slots + c) : 0;
+            slot[i] = c < clusters ? ce_load_relaxed(partial_slots + c) : 0;
         }
 #pragma unroll
         for (int i = 0; i < MEAN_SLOT_BATCH; i++) {
             const unsigned c = first + i * G;
             if (c >= clusters)
                 break;
-            if (c == self) {
-                mine += own;
-                continue;
-            }
             while ((unsigned)(slot[i] >> 32) != tag)
                 slot[i] = ce_load_relaxed(partial_slots + c);
             mine += __uint_as_float((unsigned)slot[i]);
@@ -171,14 +165,13 @@ __device__ __forceinline__ void ce_hand_in_partial(float sum, float *loss, size_
             ce_finish_loss(loss, sum / (float)n_rows, tag);
         return;
     }
-    if (!one_atomic) { /* block 0 waits */
-        if (cluster != 0) {
-            if (threadIdx.x == 0)
-                ce_store_relaxed(partial_slots + cluster,
-                                 (unsigned long long)tag << 32 | __float_as_uint(sum));
+    if (!one_atomic) { /* block 0 waits; its own slot, stored by thread 0, is read by thread 0 */
+        if (threadIdx.x == 0)
+            ce_store_relaxed(partial_slots + cluster,
+                             (unsigned long long)tag << 32 | __float_as_uint(sum));
+        if (cluster != 0)
             return;
-        }
-        const float total = ce_add_slots(tag, clusters, 0, sum);
+        const float total = ce_add_slots(tag, clusters);
         if (threadIdx.x == 0)
             ce_finish_loss(loss, total / (float)n_rows, tag);
         return;
@@ -204,7 +197,7 @@ __device__ __forceinline__ void ce_hand_in_partial(float sum, float *loss, size_
         return;
     /* Every cluster stored its slot before its atomic, this block's own included (visible to
      * the block past the barrier). */
-    const float total = ce_add_slots(tag, clusters, clusters, 0.f);
+    const float total = ce_add_slots(tag, clusters);
     if (threadIdx.x == 0)
         ce_finish_loss(loss, total / (float)n_rows, tag);
 }
@@ -463,10 +456,17 @@ static void launch_pass(const T *x, const int32_t *labels, float *loss, T *dx, s
     auto kernel = ce_cluster_rows<T, P, LOSS, GRAD>;
     const size_t clusters = n_rows < CE_MAX_BLOCKS ? n_rows : CE_MAX_BLOCKS;
     const struct kl_launch_opts o = {(unsigned)cp->blocks_per_row, early};
-    /* The mean in one atomic when every block is resident from the start (above). */
+    /* The mean in one atomic when every block is resident from the start (above). Blocks an
+     * SM by block size (a multiple of 32 up to ROW_THREADS), asked once each. */
+    static int per_sm_by_warps[ROW_THREADS / 32 + 1];
     int per_sm = 0;
-    if (LOSS && cp->blocks_per_row == 1)
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, cp->threads, 0));
+    if (LOSS && cp->blocks_per_row == 1) {
+        int *known = &per_sm_by_warps[cp->threads / 32];
+        if (!*known)
+            CUDA_CHECK(
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(known, kernel, cp->threads, 0));
+        per_sm = *known;
+    }
     const bool one_atomic = clusters <= (size_t)per_sm * (size_t)ce_sm_count();
     kl_launch(kernel, dim3((unsigned)(clusters * cp->blocks_per_row)), dim3(cp->threads), 0, s,
               o, x, labels, loss, dx, n_rows, n_classes, 1.f / (float)n_rows, vec, one_atomic);

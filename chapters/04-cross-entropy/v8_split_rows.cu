@@ -156,20 +156,7 @@ static ce_online *workspace_for(size_t n_spans_in_all, cudaStream_t s)
 {
     static void *states;
     static size_t have;
-    const size_t need = n_spans_in_all * sizeof(ce_online);
-    if (need > have) {
-        const cudaStreamCaptureMode mode = kl_capture_relax();
-        cudaStreamCaptureStatus capturing;
-        CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
-        /* Inside a capture (only under --no-verify) the old buffer may belong to nodes already
-         * captured, and cudaFree would synchronise: it is left allocated. */
-        if (states && capturing == cudaStreamCaptureStatusNone)
-            CUDA_CHECK(cudaFree(states));
-        CUDA_CHECK(cudaMalloc(&states, need));
-        kl_capture_restore(mode);
-        have = need;
-    }
-    return (ce_online *)states;
+    return (ce_online *)kl_grow_buffer(&states, &have, n_spans_in_all * sizeof(ce_online), s);
 }
 
 template <typename T>

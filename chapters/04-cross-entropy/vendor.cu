@@ -70,25 +70,13 @@ static struct cudnn_log_softmax *cudnn_for(size_t n_rows, size_t n_classes, enum
                                            cudaStream_t s)
 {
     static struct cudnn_log_softmax c;
-    const size_t need = n_rows * n_classes * dtype_size(t);
-    if (!c.handle || need > c.logp_bytes) {
-        cudaStreamCaptureMode mode = kl_capture_relax();
-        if (!c.handle) {
-            CUDNN_CHECK(cudnnCreate(&c.handle));
-            CUDNN_CHECK(cudnnCreateTensorDescriptor(&c.rows));
-        }
-        if (need > c.logp_bytes) {
-            cudaStreamCaptureStatus capturing;
-            CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
-            /* Inside a capture (only under --no-verify) the old buffer may belong to nodes
-             * already captured, and cudaFree would synchronise: it is left allocated. */
-            if (c.logp && capturing == cudaStreamCaptureStatusNone)
-                CUDA_CHECK(cudaFree(c.logp));
-            CUDA_CHECK(cudaMalloc(&c.logp, need));
-            c.logp_bytes = need;
-        }
+    if (!c.handle) {
+        const cudaStreamCaptureMode mode = kl_capture_relax();
+        CUDNN_CHECK(cudnnCreate(&c.handle));
+        CUDNN_CHECK(cudnnCreateTensorDescriptor(&c.rows));
         kl_capture_restore(mode);
     }
+    kl_grow_buffer(&c.logp, &c.logp_bytes, n_rows * n_classes * dtype_size(t), s);
     if (c.n_rows != n_rows || c.n_classes != n_classes || c.dtype != t) {
         CUDNN_CHECK(cudnnSetTensor4dDescriptor(c.rows, CUDNN_TENSOR_NCHW,
                                                t == DT_FP16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT,
