@@ -1,10 +1,11 @@
-/* Device helpers the bias-gradient rungs share: sums across a warp and a block, and a float
- * workspace for the rungs that accumulate in a scratch buffer before writing db. */
+/* Device helpers the bias-gradient rungs share: sums across a warp and a block, and the last
+ * step of the rungs that accumulate in a scratch buffer (kl_grow_buffer) before writing db. */
 #ifndef BIAS_GRAD_CUH
 #define BIAS_GRAD_CUH
 
 #include "bias_grad.h"
 #include "kernels.cuh"
+#include "launch.cuh"
 
 __device__ __forceinline__ float warp_sum(float v)
 {
@@ -26,19 +27,6 @@ __device__ __forceinline__ float block_sum(float v)
     __syncthreads();
     v = threadIdx.x < blockDim.x / 32 ? warp_sums[lane] : 0.f;
     return warp == 0 ? warp_sum(v) : 0.f;
-}
-
-/* A device buffer of at least `bytes`, grown (never shrunk) on demand. The harness calls every
- * launcher once before it captures a graph, so the growth happens outside any capture. */
-static inline float *bias_grad_workspace(float **buf, size_t *have, size_t bytes)
-{
-    if (*have < bytes) {
-        if (*buf)
-            CUDA_CHECK(cudaFree(*buf));
-        CUDA_CHECK(cudaMalloc((void **)buf, bytes));
-        *have = bytes;
-    }
-    return *buf;
 }
 
 /* db[c] = the float at ws[c], in db's type: the last step of the rungs that sum into ws. */

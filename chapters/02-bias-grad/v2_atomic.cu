@@ -32,7 +32,8 @@ static size_t workspace_bytes;
 template <typename T> static void launch(const T *dy, T *db, struct bias_grad_size z,
                                          cudaStream_t s)
 {
-    float *sums = bias_grad_workspace(&workspace, &workspace_bytes, (size_t)z.c * sizeof(float));
+    float *sums = (float *)kl_grow_buffer((void **)&workspace, &workspace_bytes,
+                                          (size_t)z.c * sizeof(float), s);
     CUDA_CHECK(cudaMemsetAsync(sums, 0, (size_t)z.c * sizeof(float), s));
     size_t total = (size_t)(z.n * z.c * z.hw);
     int blocks = grid_to_fill_gpu((const void *)bias_grad_atomic<T>, THREADS,

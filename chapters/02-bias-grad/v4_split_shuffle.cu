@@ -91,8 +91,8 @@ template <typename T> static void launch(const T *dy, T *db, struct bias_grad_si
 {
     int64_t chunks = (z.hw + chunk_elements<T>() - 1) / chunk_elements<T>();
     int64_t per_channel = z.n * chunks;
-    float *partials = bias_grad_workspace(&workspace, &workspace_bytes,
-                                          (size_t)(z.c * per_channel) * sizeof(float));
+    float *partials = (float *)kl_grow_buffer((void **)&workspace, &workspace_bytes,
+                                              (size_t)(z.c * per_channel) * sizeof(float), s);
     bias_grad_chunk_sums<<<(unsigned)(z.n * z.c * chunks), THREADS, 0, s>>>(dy, partials, z,
                                                                             chunks);
     LAUNCH_CHECK();
