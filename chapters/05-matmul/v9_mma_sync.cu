@@ -40,7 +40,8 @@
  * pointer into each matrix, advanced a tile at a time, and which rows and columns lie inside),
  * and issues them between the rows of HMMAs, where they fill the gaps of one warp's HMMA
  * stream. Issued before the HMMAs, as a burst of index arithmetic, they left the tensor cores
- * idle while all 8 warps did it at once, after each barrier.
+ * idle while all 8 warps did it at once, after each barrier. The ldmatrix addresses are
+ * planned once too (fragment_offsets): each is then one add, not the swizzle's arithmetic.
  * Edges: in that case each 16-byte chunk lies wholly inside the matrix or wholly outside it,
  * and the chunks outside are written as zeros without a read. Otherwise a second kernel stages
  * the tile element by element, 0 outside, into the same swizzled layout. C is stored from the
@@ -197,13 +198,13 @@ __device__ __forceinline__ uint4 gather8(const __half *x, int64_t rows, int64_t 
 }
 
 /* One matrix's share of a stage: `count` chunks of a rows x cols matrix, chunk idx of the
- * tile at (row0 + idx / chunks, col0 + 8 (idx % chunks)), stored swizzled at `stage`.
+ * tile at (row0 + idx / chunks, col0 + 8 (idx % chunks)), stored swizzled from shared address
+ * `dst` on.
  * With cols % 8 == 0 and an aligned matrix, cp.async: a chunk that starts inside the matrix
  * then ends inside it, so the only partial case is "wholly outside", written as 16 zero bytes
  * without a read. Otherwise element by element through registers,
  * one chunk at a time: this path is for odd shapes, and must not cost the fast one registers. */
-__device__ __forceinline__ void load_tile(uint32_t smem_base, uint32_t stage,
-                                          const __half *x, int64_t rows, int64_t cols,
+__device__ __forceinline__ void load_tile(uint32_t dst, const __half *x, int64_t rows, int64_t cols,
                                           int64_t row0, int64_t col0, int chunks, int count,
                                           bool vec)
 {
@@ -215,30 +216,26 @@ __device__ __forceinline__ void load_tile(uint32_t smem_base, uint32_t stage,
             const bool inside = row < rows && col < cols;
             /* src is not read outside; pointing it at x there spares registers (96 bytes
              * spilled against 160 with the address computed for every chunk) */
-            cp_async_16(smem_base + stage + swizzled(r, ch, chunks),
+            cp_async_16(dst + swizzled(r, ch, chunks),
                         inside ? x + row * cols + col : x, inside);
         }
     } else {
 #pragma unroll 1
         for (int l = 0; l < count; l++) {
             const int idx = threadIdx.x + l * THREADS, r = idx / chunks, ch = idx % chunks;
-            st_shared_16(smem_base + stage + swizzled(r, ch, chunks),
+            st_shared_16(dst + swizzled(r, ch, chunks),
                          gather8(x, rows, cols, row0 + r, col0 + ch * 8));
         }
     }
 }
 
-/* Issues the copies of the tiles of A and B at depth p0 into stage `slot`, element by element
- * where a matrix is not read in chunks. Thread t copies chunks t, t + THREADS, ...:
- * consecutive threads along a row, so the reads are coalesced. */
-__device__ __forceinline__ void load_stage(const struct block_view *v, uint32_t smem_base,
-                                           int slot, int64_t p0)
+/* Issues the copies of the tiles of A and B at depth p0 into the stage at shared address
+ * `stage`, element by element where a matrix is not read in chunks. Thread t copies chunks t,
+ * t + THREADS, ...: consecutive threads along a row, so the reads are coalesced. */
+__device__ __forceinline__ void load_stage(const struct block_view *v, uint32_t stage, int64_t p0)
 {
-    const uint32_t a_stage = slot * STAGE_BYTES, b_stage = a_stage + A_BYTES;
-    load_tile(smem_base, a_stage, v->a, v->m, v->k, v->row0, p0, A_CHUNKS, A_LOADS,
-              v->vec_a);
-    load_tile(smem_base, b_stage, v->b, v->k, v->n, p0, v->col0, B_CHUNKS, B_LOADS,
-              v->vec_b);
+    load_tile(stage, v->a, v->m, v->k, v->row0, p0, A_CHUNKS, A_LOADS, v->vec_a);
+    load_tile(stage + A_BYTES, v->b, v->k, v->n, p0, v->col0, B_CHUNKS, B_LOADS, v->vec_b);
 }
 
 /* The fast path's copies, planned once. Along K a thread's chunks only move: A's by V9_BK
@@ -318,24 +315,46 @@ struct fragments {
     uint32_t b[MMA_N][2];
 };
 
-/* Loads step `ks` of stage `slot`. For ldmatrix, lane l addresses row l % 16 of a 16-row
- * block at chunk l / 16: A's 4 tiles come out as (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15),
- * (8-15, 8-15), the a0..a3 of mma.sync; B's rows are k, so its 4 transposed tiles are b0, b1
- * of one n8 tile and b0, b1 of the next. */
-__device__ __forceinline__ void load_fragments(struct fragments *f, uint32_t smem_base, int slot,
-                                               int ks, int warp_row, int warp_col)
+/* For ldmatrix, lane l addresses row l % 16 of a 16-row block at chunk l / 16: A's 4 tiles
+ * come out as (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), the a0..a3 of
+ * mma.sync; B's rows are k, so its 4 transposed tiles are b0, b1 of one n8 tile and b0, b1 of
+ * the next. The swizzle repeats every 8 rows, so 16 rows on (A's next mma tile, B's next k16
+ * step) the address is a constant further: a lane's addresses in a stage are worked out once,
+ * as one offset per k16 step for A and one per pair of n8 tiles for B, and each ldmatrix adds
+ * a constant to one of them. (Worked out at every step, the swizzle's index arithmetic issued
+ * more instructions than the ldmatrix themselves.) */
+struct fragment_offsets {
+    uint32_t a[K_STEPS];   /* rows warp_row + l % 16 of A, chunk 2 ks + l / 16 */
+    uint32_t b[MMA_N / 2]; /* row l % 16 of B, the chunk of n8 tile 2 jj + l / 16 */
+};
+
+#define A_MMA_ROWS_BYTES (16 * A_CHUNKS * 16) /* 16 rows of A's tile: the next mma tile */
+#define B_K16_BYTES (16 * B_CHUNKS * 16)      /* 16 rows of B's tile: the next k16 step */
+
+__device__ __forceinline__ struct fragment_offsets plan_fragments(int warp_row, int warp_col)
 {
     const int lane = threadIdx.x % 32, lrow = lane % 16, lchunk = lane / 16;
-    const uint32_t a_stage = smem_base + slot * STAGE_BYTES, b_stage = a_stage + A_BYTES;
+    struct fragment_offsets o;
+#pragma unroll
+    for (int ks = 0; ks < K_STEPS; ks++)
+        o.a[ks] = swizzled(warp_row + lrow, ks * 2 + lchunk, A_CHUNKS);
+#pragma unroll
+    for (int jj = 0; jj < MMA_N / 2; jj++)
+        o.b[jj] = A_BYTES + swizzled(lrow, warp_col / 8 + 2 * jj + lchunk, B_CHUNKS);
+    return o;
+}
+
+/* Loads step `ks` of the stage at shared address `stage`. */
+__device__ __forceinline__ void load_fragments(struct fragments *f, uint32_t stage,
+                                               const struct fragment_offsets *o, int ks)
+{
 #pragma unroll
     for (int i = 0; i < MMA_M; i++)
-        ldmatrix_x4(f->a[i], a_stage + swizzled(warp_row + i * 16 + lrow, ks * 2 + lchunk,
-                                                A_CHUNKS));
+        ldmatrix_x4(f->a[i], stage + o->a[ks] + i * A_MMA_ROWS_BYTES);
 #pragma unroll
     for (int j = 0; j < MMA_N; j += 2) {
         uint32_t r[4];
-        ldmatrix_x4_trans(r, b_stage + swizzled(ks * 16 + lrow, warp_col / 8 + j + lchunk,
-                                                B_CHUNKS));
+        ldmatrix_x4_trans(r, stage + o->b[j / 2] + ks * B_K16_BYTES);
         f->b[j][0] = r[0];
         f->b[j][1] = r[1];
         f->b[j + 1][0] = r[2];
@@ -441,16 +460,19 @@ __device__ __forceinline__ void mma_sync_tiles(const __half *__restrict__ a,
                     copy_chunk(&plan, (int)k, smem_base + s * STAGE_BYTES, s * V9_BK, i);
                 advance_copies(&plan, n);
             } else {
-                load_stage(&v, smem_base, s, (int64_t)s * V9_BK);
+                load_stage(&v, smem_base + s * STAGE_BYTES, (int64_t)s * V9_BK);
             }
         }
         kl_copies_commit();
     }
     kl_copies_wait<V9_STAGES - 2>();
     __syncthreads();
-    load_fragments(&f[0], smem_base, 0, 0, warp_row, warp_col);
+    const struct fragment_offsets offsets = plan_fragments(warp_row, warp_col);
+    load_fragments(&f[0], smem_base, &offsets, 0);
 
-    int read_slot = 0, write_slot = V9_STAGES - 1;
+    /* The stages read and written, as shared addresses walking the ring. */
+    const uint32_t last_stage = smem_base + (V9_STAGES - 1) * STAGE_BYTES;
+    uint32_t read_stage = smem_base, write_stage = last_stage;
     for (int tile = 0; tile < tiles; tile++) {
         const bool more = tile + V9_STAGES - 1 < tiles;
         const int64_t p_next = (int64_t)(tile + V9_STAGES - 1) * V9_BK;
@@ -462,22 +484,20 @@ __device__ __forceinline__ void mma_sync_tiles(const __half *__restrict__ a,
                  * finished last, so the copies issued at ks == 0 may overwrite it. */
                 kl_copies_wait<V9_STAGES - 2>();
                 __syncthreads();
-                read_slot = read_slot + 1 == V9_STAGES ? 0 : read_slot + 1;
+                read_stage = read_stage == last_stage ? smem_base : read_stage + STAGE_BYTES;
             }
-            load_fragments(&f[(ks + 1) % 2], smem_base, read_slot, (ks + 1) % K_STEPS,
-                           warp_row, warp_col);
+            load_fragments(&f[(ks + 1) % 2], read_stage, &offsets, (ks + 1) % K_STEPS);
             if (ks == 0) {
                 if (chunks) {
-                    mma_and_copy(acc, &f[0], &plan, (int)k, smem_base + write_slot * STAGE_BYTES,
-                                 (int)p_next, more);
+                    mma_and_copy(acc, &f[0], &plan, (int)k, write_stage, (int)p_next, more);
                     advance_copies(&plan, n);
                 } else {
                     if (more)
-                        load_stage(&v, smem_base, write_slot, p_next);
+                        load_stage(&v, write_stage, p_next);
                     mma_warp_tile(acc, &f[0]);
                 }
                 kl_copies_commit();
-                write_slot = write_slot + 1 == V9_STAGES ? 0 : write_slot + 1;
+                write_stage = write_stage == last_stage ? smem_base : write_stage + STAGE_BYTES;
             } else {
                 mma_warp_tile(acc, &f[ks % 2]);
             }
