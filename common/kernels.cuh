@@ -32,20 +32,53 @@ __host__ __device__ inline bool aligned16(const void *p)
     return ((uintptr_t)p & 15) == 0;
 }
 
+/* The current device's SMs, asked of the driver once per device. */
+inline int kl_sm_count(void)
+{
+    static int cached_dev = -1, sms = 0;
+    int dev;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev != cached_dev) {
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        cached_dev = dev;
+    }
+    return sms;
+}
+
+/* Blocks of `kernel` that one SM holds at `threads` threads and `smem` bytes of dynamic shared
+ * memory a block (at least 1). Launchers ask on every launch, and the runtime's answer costs host
+ * time, so it is asked once per (device, kernel, threads, smem) and kept; past the table's room
+ * it is asked every time. */
+inline int kl_blocks_per_sm(const void *kernel, int threads, size_t smem)
+{
+    struct known {
+        int dev, threads;
+        const void *kernel;
+        size_t smem;
+        int per_sm;
+    };
+    static struct known table[256];
+    static int n_known = 0;
+    int dev;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    for (int i = 0; i < n_known; i++)
+        if (table[i].kernel == kernel && table[i].threads == threads && table[i].smem == smem &&
+            table[i].dev == dev)
+            return table[i].per_sm;
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    per_sm = per_sm > 0 ? per_sm : 1;
+    if (n_known < (int)(sizeof table / sizeof table[0]))
+        table[n_known++] = {dev, threads, kernel, smem, per_sm};
+    return per_sm;
+}
+
 /* Blocks of `threads` threads that fill every SM to full occupancy for this kernel: the grid
  * for a grid-stride loop. Never more than the work needs. */
 inline int grid_to_fill_gpu(const void *kernel, int threads, size_t work_blocks)
 {
-    static int sms = 0;
-    if (!sms) {
-        int dev;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    }
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
-    size_t full = (size_t)sms * (size_t)(per_sm > 0 ? per_sm : 1);
-    size_t blocks = work_blocks < full ? work_blocks : full;
+    const size_t full = (size_t)kl_sm_count() * (size_t)kl_blocks_per_sm(kernel, threads, 0);
+    const size_t blocks = work_blocks < full ? work_blocks : full;
     return blocks > 0 ? (int)blocks : 1;
 }
 

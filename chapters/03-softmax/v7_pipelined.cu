@@ -114,12 +114,9 @@ static bool launch(const T *x, T *y, int64_t rows, int C, int threads, cudaStrea
     const size_t bytes = 2 * (size_t)C * sizeof(T);
     if (bytes > buffer_room<T, P>())
         return false;
-    int dev, sms, per_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, softmax_forward_rows_pipelined<T, P>, threads, bytes));
-    const int64_t resident = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
+    const int64_t resident =
+        (int64_t)kl_sm_count() *
+        kl_blocks_per_sm((const void *)softmax_forward_rows_pipelined<T, P>, threads, bytes);
     const unsigned blocks = (unsigned)(rows < resident ? rows : resident);
     softmax_forward_rows_pipelined<T, P><<<blocks, threads, bytes, s>>>(x, y, rows, C);
     LAUNCH_CHECK();

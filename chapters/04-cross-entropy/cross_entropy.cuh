@@ -317,15 +317,17 @@ __device__ void ce_write_gradient_row(const T *src, T *dst, int n_classes, int32
 
 /* ---- Host side. */
 
-static inline int ce_sm_count(void)
+/* Shared memory an SM holds, asked once: whether two blocks with a row's copy each fit (v4, v7). */
+static inline int ce_shared_memory_per_sm(void)
 {
-    static int sms = 0;
-    if (!sms) {
+    static int bytes = 0;
+    if (!bytes) {
         int dev;
         CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        CUDA_CHECK(
+            cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     }
-    return sms;
+    return bytes;
 }
 
 /* Launch shape of the kernels that give each row to one warp (v3, and v4 for short rows). A
@@ -341,7 +343,7 @@ static inline void ce_warp_rows_grid(size_t n_rows, size_t n_classes, int max_th
         *blocks = 1;
         return;
     }
-    size_t spread = 2 * (size_t)ce_sm_count();
+    size_t spread = 2 * (size_t)kl_sm_count();
     size_t warps = (n_rows + spread - 1) / spread;
     warps = warps < 1 ? 1 : warps > 8 ? 8 : warps;
     size_t b = (n_rows + warps - 1) / warps;

@@ -456,18 +456,11 @@ static void launch_pass(const T *x, const int32_t *labels, float *loss, T *dx, s
     auto kernel = ce_cluster_rows<T, P, LOSS, GRAD>;
     const size_t clusters = n_rows < CE_MAX_BLOCKS ? n_rows : CE_MAX_BLOCKS;
     const struct kl_launch_opts o = {(unsigned)cp->blocks_per_row, early};
-    /* The mean in one atomic when every block is resident from the start (above). Blocks an
-     * SM by block size (a multiple of 32 up to ROW_THREADS), asked once each. */
-    static int per_sm_by_warps[ROW_THREADS / 32 + 1];
-    int per_sm = 0;
-    if (LOSS && cp->blocks_per_row == 1) {
-        int *known = &per_sm_by_warps[cp->threads / 32];
-        if (!*known)
-            CUDA_CHECK(
-                cudaOccupancyMaxActiveBlocksPerMultiprocessor(known, kernel, cp->threads, 0));
-        per_sm = *known;
-    }
-    const bool one_atomic = clusters <= (size_t)per_sm * (size_t)ce_sm_count();
+    /* The mean in one atomic when every block is resident from the start (above). */
+    const bool one_atomic =
+        LOSS && cp->blocks_per_row == 1 &&
+        clusters <= (size_t)kl_blocks_per_sm((const void *)kernel, cp->threads, 0) *
+                        (size_t)kl_sm_count();
     kl_launch(kernel, dim3((unsigned)(clusters * cp->blocks_per_row)), dim3(cp->threads), 0, s,
               o, x, labels, loss, dx, n_rows, n_classes, 1.f / (float)n_rows, vec, one_atomic);
 }

@@ -397,14 +397,8 @@ static bool plan_ring(const void *kernel, size_t *room, int n_classes, int width
         *room = kl_grant_shared_memory(kernel);
     if (p->bytes > *room)
         return false;
-    int dev, per_sm_bytes, per_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(
-        cudaDeviceGetAttribute(&per_sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    p->threads = 2 * (p->bytes + 1024) > (size_t)per_sm_bytes ? MAX_THREADS : 512;
-    CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p->threads, p->bytes));
-    size_t b = (size_t)ce_sm_count() * (size_t)(per_sm > 0 ? per_sm : 1);
+    p->threads = 2 * (p->bytes + 1024) > (size_t)ce_shared_memory_per_sm() ? MAX_THREADS : 512;
+    size_t b = (size_t)kl_sm_count() * (size_t)kl_blocks_per_sm(kernel, p->threads, p->bytes);
     b = b < n_rows ? b : n_rows;
     p->blocks = (unsigned)(b < CE_MAX_BLOCKS ? b : CE_MAX_BLOCKS);
     return true;

@@ -169,12 +169,9 @@ static void launch_loss(const T *x, const int32_t *labels, float *loss, size_t n
     const size_t spans = n_rows * (size_t)n_spans;
     ce_online *states = workspace_for(spans, s);
 
-    static int per_sm = 0;
-    if (!per_sm)
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, ce_split_spans<T>, SPLIT_THREADS, 0));
     const size_t warps_a_block = SPLIT_THREADS / 32;
-    size_t blocks = (size_t)ce_sm_count() * (size_t)(per_sm > 0 ? per_sm : 1);
+    size_t blocks = (size_t)kl_sm_count() *
+                    (size_t)kl_blocks_per_sm((const void *)ce_split_spans<T>, SPLIT_THREADS, 0);
     const size_t enough = (spans + warps_a_block - 1) / warps_a_block;
     blocks = blocks < enough ? blocks : enough;
     const size_t warps = blocks * warps_a_block;
