@@ -32,7 +32,7 @@
  * Tiles: a block computes 128 x 256 of C with 8 warps (2 down, 4 across); each warp computes
  * 64 x 64 as 4 x 8 mma tiles (128 fp32 sums per thread). K advances by 64 per tile, four k16
  * steps, with 4 stages of A (128 x 64) and B (64 x 256) in shared memory: 4 x 48 KB = 192 KB;
- * the registers (255 a thread) allow one block per SM. Each step's operands are loaded while
+ * the registers (252 a thread) allow one block per SM. Each step's operands are loaded while
  * the previous step is multiplied, including across tiles, so ldmatrix latency hides behind
  * 32 HMMAs.
  * The copies cost the warps that multiply as little issue time as can be: where K and N are
