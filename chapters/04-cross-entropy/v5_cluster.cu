@@ -23,7 +23,8 @@
  * ...). The mean takes one partial per cluster (its blocks' loss terms, added in rank order
  * through distributed shared memory); where the whole grid is resident at once, the partials
  * go into one 64-bit atomic that also counts them, so the last cluster to arrive gets the
- * whole sum back (below).
+ * whole sum back (below). There every block has one row, and the row's term is already in one
+ * thread, the one that loaded the label's logit: that thread hands it in, with no block sum.
  * What changed from v4: a row in registers spread over a cluster, instead of in one block's
  * shared memory; one exp per logit; one merge per row; the mean in one atomic.
  * Expected: at the large preset, near the roof in every pass, fp16 included: fwd reads N C
@@ -155,13 +156,14 @@ __device__ __forceinline__ float ce_mean_from_word(unsigned long long word, unsi
     return (float)((double)sum * (1.0 / (1 << MEAN_FRACTION_BITS))) / (float)n_rows;
 }
 
-/* Every thread of cluster `cluster`'s first block calls this; sum is valid in thread 0. */
-__device__ __forceinline__ void ce_hand_in_partial(float sum, float *loss, size_t n_rows,
-                                                   unsigned tag, unsigned cluster,
+/* Every thread of cluster `cluster`'s first block calls this; sum is valid in the thread for
+ * which hands_in is true, one thread of the block (thread 0 but where the caller says). */
+__device__ __forceinline__ void ce_hand_in_partial(float sum, bool hands_in, float *loss,
+                                                   size_t n_rows, unsigned tag, unsigned cluster,
                                                    unsigned clusters, bool one_atomic)
 {
     if (clusters == 1) {
-        if (threadIdx.x == 0)
+        if (hands_in)
             ce_finish_loss(loss, sum / (float)n_rows, tag);
         return;
     }
@@ -177,7 +179,7 @@ __device__ __forceinline__ void ce_hand_in_partial(float sum, float *loss, size_
         return;
     }
     __shared__ bool fall_back;
-    if (threadIdx.x == 0) {
+    if (hands_in) {
         ce_store_relaxed(partial_slots + cluster,
                          (unsigned long long)tag << 32 | __float_as_uint(sum));
         const unsigned long long mine = ce_mean_entry(sum, clusters);
@@ -285,7 +287,8 @@ __global__ void __launch_bounds__(ROW_THREADS, 3)
     kl_wait_for_previous_grid();
     const unsigned tag = LOSS ? ce_launch_tag() : 0;
 
-    float loss_sum = 0.f; /* this thread's loss terms */
+    float loss_sum = 0.f;    /* this thread's loss terms */
+    bool holds_term = false; /* its last row's term is in loss_sum: the label's or a NaN */
     bool readers_pending = false;
     for (size_t row = blockIdx.x / B; row < n_rows; row += clusters) {
         const T *xr = x + row * (size_t)n_classes;
@@ -364,8 +367,8 @@ __global__ void __launch_bounds__(ROW_THREADS, 3)
             cluster_combine(published, 1, ce_online_merge_op(), combined);
             rs = combined[0];
             readers_pending = true;
-        } else {
-            __syncthreads(); /* part is written again for the next row */
+        } else if (!one_atomic) {
+            __syncthreads(); /* part is written again for the next row (one_atomic: no next) */
         }
         const float log_sum = logf(rs.s);
         if (LOSS) {
@@ -373,6 +376,7 @@ __global__ void __launch_bounds__(ROW_THREADS, 3)
                 loss_sum += ce_row_loss(rs.m, log_sum, x_label);
             if (!ok && rank == 0 && t == 0)
                 loss_sum += ce_nan();
+            holds_term = ok ? has_label : rank == 0 && t == 0;
         }
         if (GRAD) {
             T *dr = dx + row * (size_t)n_classes;
@@ -406,7 +410,12 @@ __global__ void __launch_bounds__(ROW_THREADS, 3)
 #undef GRADIENT
         }
     }
-    if (LOSS) {
+    if (LOSS && one_atomic) {
+        /* One row a block (B is 1): its term is already in one thread, the label's, or for a
+         * bad label thread 0's NaN, which hands it in without a block sum. */
+        ce_hand_in_partial(loss_sum, holds_term, loss, n_rows, tag, blockIdx.x,
+                           (unsigned)clusters, true);
+    } else if (LOSS) {
         /* One partial per cluster: the loss terms of its blocks, added in rank order. */
         float sum = ce_block_sum(loss_sum);
         if (B > 1) {
@@ -418,8 +427,8 @@ __global__ void __launch_bounds__(ROW_THREADS, 3)
             sum = combined_loss[0];
         }
         if (rank == 0)
-            ce_hand_in_partial(sum, loss, n_rows, tag, blockIdx.x / B, (unsigned)clusters,
-                               one_atomic);
+            ce_hand_in_partial(sum, t == 0, loss, n_rows, tag, blockIdx.x / B,
+                               (unsigned)clusters, one_atomic);
     }
     if (readers_pending)
         cluster_wait_readers();
@@ -456,7 +465,8 @@ static void launch_pass(const T *x, const int32_t *labels, float *loss, T *dx, s
     auto kernel = ce_cluster_rows<T, P, LOSS, GRAD>;
     const size_t clusters = n_rows < CE_MAX_BLOCKS ? n_rows : CE_MAX_BLOCKS;
     const struct kl_launch_opts o = {(unsigned)cp->blocks_per_row, early};
-    /* The mean in one atomic when every block is resident from the start (above). */
+    /* The mean in one atomic when every block is resident from the start (above); clusters is
+     * then n_rows, one row a block. */
     const bool one_atomic =
         LOSS && cp->blocks_per_row == 1 &&
         clusters <= (size_t)kl_blocks_per_sm((const void *)kernel, cp->threads, 0) *
