@@ -317,15 +317,17 @@ __device__ void ce_write_gradient_row(const T *src, T *dst, int n_classes, int32
 
 /* ---- Host side. */
 
-/* Shared memory an SM holds, asked once: whether two blocks with a row's copy each fit (v4, v7). */
+/* Shared memory an SM holds, asked once per device: whether two blocks with a row's copy each fit
+ * (v4, v7). */
 static inline int ce_shared_memory_per_sm(void)
 {
-    static int bytes = 0;
-    if (!bytes) {
-        int dev;
-        CUDA_CHECK(cudaGetDevice(&dev));
+    static int cached_dev = -1, bytes = 0;
+    int dev;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev != cached_dev) {
         CUDA_CHECK(
             cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+        cached_dev = dev;
     }
     return bytes;
 }

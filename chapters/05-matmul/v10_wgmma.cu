@@ -751,8 +751,7 @@ static const struct v10_device *v10_device_state(void)
         return &dev;
     }
     /* One block an SM; with clusters, how many pairs of SMs the GPCs can hold at once. */
-    int sms;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, id));
+    const int sms = kl_sm_count();
     dev.clusters = sms / CLUSTER;
     if (CLUSTER > 1) {
         cudaLaunchAttribute cluster;
