@@ -32,17 +32,33 @@ __host__ __device__ inline bool aligned16(const void *p)
     return ((uintptr_t)p & 15) == 0;
 }
 
-/* The current device's SMs, asked of the driver once per device. */
-inline int kl_sm_count(void)
+/* An attribute of the current device, asked of the driver once per (device, attribute):
+ * launchers ask on every launch. Past the table's room it is asked every time. */
+inline int kl_device_attribute(enum cudaDeviceAttr attr)
 {
-    static int cached_dev = -1, sms = 0;
+    struct known {
+        int dev;
+        enum cudaDeviceAttr attr;
+        int value;
+    };
+    static struct known table[32];
+    static int n_known = 0;
     int dev;
     CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev != cached_dev) {
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        cached_dev = dev;
-    }
-    return sms;
+    for (int i = 0; i < n_known; i++)
+        if (table[i].dev == dev && table[i].attr == attr)
+            return table[i].value;
+    int value = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, dev));
+    if (n_known < (int)(sizeof table / sizeof table[0]))
+        table[n_known++] = {dev, attr, value};
+    return value;
+}
+
+/* The current device's SMs. */
+inline int kl_sm_count(void)
+{
+    return kl_device_attribute(cudaDevAttrMultiProcessorCount);
 }
 
 /* Blocks of `kernel` that one SM holds at `threads` threads and `smem` bytes of dynamic shared

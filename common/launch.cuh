@@ -89,17 +89,8 @@ static inline void *kl_grow_buffer(void **buf, size_t *have, size_t need, cudaSt
  * driver once per device: launchers use it to pick a kernel or a launch attribute. */
 static inline int kl_device_cc(void)
 {
-    static int cached_dev = -1, cc = 0;
-    int dev;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev != cached_dev) {
-        int major, minor;
-        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        cc = 10 * major + minor;
-        cached_dev = dev;
-    }
-    return cc;
+    return 10 * kl_device_attribute(cudaDevAttrComputeCapabilityMajor) +
+           kl_device_attribute(cudaDevAttrComputeCapabilityMinor);
 }
 
 /* Raises the dynamic shared memory `kernel` may take to the device's opt-in maximum (227 KB on
@@ -108,9 +99,7 @@ static inline int kl_device_cc(void)
 static inline size_t kl_grant_shared_memory(const void *kernel)
 {
     const cudaStreamCaptureMode mode = kl_capture_relax();
-    int dev, optin;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const int optin = kl_device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     cudaFuncAttributes fa;
     CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
     const size_t room = (size_t)optin - fa.sharedSizeBytes;

@@ -317,21 +317,6 @@ __device__ void ce_write_gradient_row(const T *src, T *dst, int n_classes, int32
 
 /* ---- Host side. */
 
-/* Shared memory an SM holds, asked once per device: whether two blocks with a row's copy each fit
- * (v4, v7). */
-static inline int ce_shared_memory_per_sm(void)
-{
-    static int cached_dev = -1, bytes = 0;
-    int dev;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev != cached_dev) {
-        CUDA_CHECK(
-            cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-        cached_dev = dev;
-    }
-    return bytes;
-}
-
 /* Launch shape of the kernels that give each row to one warp (v3, and v4 for short rows). A
  * problem of at most 32K logits whose rows fit in one block of max_threads (a warp a row) runs
  * as that one block, so the mean needs no second step and the whole pass is one DRAM round

@@ -140,7 +140,8 @@ static void launch_rows(const T *x, const int32_t *labels, float *loss, T *dx, s
     const size_t copy_bytes = ((size_t)n_classes + pack16<T>::width) * sizeof(T);
     const bool cached = GRAD && copy_bytes <= copy_room<T, LOSS>();
     int threads = n_packs > 2048 ? 512 : 256;
-    if (cached && 2 * (copy_bytes + 1024) > (size_t)ce_shared_memory_per_sm())
+    if (cached && 2 * (copy_bytes + 1024) >
+                      (size_t)kl_device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor))
         threads = MAX_THREADS; /* one block per SM: give it every thread */
     const unsigned blocks = (unsigned)(n_rows < CE_MAX_BLOCKS ? n_rows : CE_MAX_BLOCKS);
     ce_fused_rows<T, LOSS, GRAD><<<blocks, threads, cached ? copy_bytes : 0, s>>>(

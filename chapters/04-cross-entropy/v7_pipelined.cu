@@ -397,7 +397,8 @@ static bool plan_ring(const void *kernel, size_t *room, int n_classes, int width
         *room = kl_grant_shared_memory(kernel);
     if (p->bytes > *room)
         return false;
-    p->threads = 2 * (p->bytes + 1024) > (size_t)ce_shared_memory_per_sm() ? MAX_THREADS : 512;
+    const size_t per_sm = (size_t)kl_device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
+    p->threads = 2 * (p->bytes + 1024) > per_sm ? MAX_THREADS : 512;
     size_t b = (size_t)kl_sm_count() * (size_t)kl_blocks_per_sm(kernel, p->threads, p->bytes);
     b = b < n_rows ? b : n_rows;
     p->blocks = (unsigned)(b < CE_MAX_BLOCKS ? b : CE_MAX_BLOCKS);
