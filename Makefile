@@ -21,7 +21,7 @@ WARN := -Wall -Wextra
 CFLAGS := -std=c11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -I$(CUDA_HOME)/include
 NVCCFLAGS = -std=c++20 -O3 -lineinfo $(GENCODE) -Xcompiler -Wall,-Wextra -Icommon
 LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64
-LDLIBS := -lcudnn -lcublas -lm
+LDLIBS := -lcudnn -lcublasLt -lcublas -lm
 
 COMMON_C := $(wildcard common/*.c)
 COMMON_OBJ := $(COMMON_C:%.c=$(OBJ)/%.o)

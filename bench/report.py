@@ -93,12 +93,17 @@ def rank(order, value):
     return (order.index(value), "") if value in order else (len(order), value)
 
 
+def is_vendor(v):
+    """The vendor rung and its relatives (vendor_mma_sync: cuBLAS held to v9's instruction)."""
+    return v == "vendor" or v.startswith("vendor_")
+
+
 def variant_key(v):
-    """v1 < v2 < ... < v10 by rung number, then vendor, then anything else (cpu)."""
+    """v1 < v2 < ... < v10 by rung number, then vendor, its relatives, then the rest (cpu)."""
     m = re.match(r"v(\d+)", v)
     if m:
         return (0, int(m.group(1)), v)
-    return (1 if v == "vendor" else 2, 0, v)
+    return (1, 0 if v == "vendor" else 1, v) if is_vendor(v) else (2, 0, v)
 
 
 def latest(rows):
@@ -220,7 +225,7 @@ def sweep_table(rows, shapes):
                 if not group:
                     continue
                 vendor = next((r for r in group if r["variant"] == "vendor"), None)
-                rungs = [r for r in group if r["variant"] != "vendor" and r["verified"]
+                rungs = [r for r in group if not is_vendor(r["variant"]) and r["verified"]
                          and r["median_us"] is not None]
                 best = min(rungs, key=lambda r: (r["median_us"], variant_key(r["variant"])),
                            default=None)

@@ -55,7 +55,7 @@ do for [panel_no = 1:2] {
         eval KEY
     } else {
         plot for [v in here] rows(d, v, 1) using 1:2 with linespoints \
-                 lw 1.5 pt 7 ps 0.6 lc rgb colour(v) dt 1 + (v eq "vendor") title v, \
+                 lw 1.5 pt 7 ps 0.6 lc rgb colour(v) dt 1 + (strstrt(v, "vendor") == 1) title v, \
              for [v in here] rows(d, v, 0) using 1:2 with points pt 6 ps 1 lc rgb colour(v) notitle
     }
 }

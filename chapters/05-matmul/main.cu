@@ -39,12 +39,18 @@ ADAPT(v8)
 ADAPT(v9)
 ADAPT(v10)
 ADAPT(vendor)
+ADAPT(vendor_mma_sync)
 ADAPT(exercise)
 
 static const char *v10_why_not(const struct problem *p)
 {
     (void)p;
     return matmul_v10_unsupported();
+}
+
+static const char *vendor_mma_sync_why_not(const struct problem *p)
+{
+    return matmul_vendor_mma_sync_unsupported(dims_of(p));
 }
 
 #define RUNG(n, v, what)                                                                       \
@@ -68,6 +74,9 @@ static const struct rung rungs[] = {
      .launch = {fwd_v10}, .dtypes = 1u << DT_FP16, .min_cc = 90, .unsupported = v10_why_not,
      .shown_for_error = NULL},
     RUNG("vendor", vendor, "cuBLAS: Sgemm in pedantic math (no TF32), GemmEx fp16/fp32"),
+    {.name = "vendor_mma_sync", .idea = "cuBLAS's fastest kernel built for sm_80 (mma.sync), as v9",
+     .launch = {fwd_vendor_mma_sync}, .dtypes = 1u << DT_FP16, .min_cc = 80,
+     .unsupported = vendor_mma_sync_why_not, .shown_for_error = NULL},
 };
 
 static const struct rung exercise = {

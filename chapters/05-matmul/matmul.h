@@ -33,7 +33,12 @@ MATMUL_RUNG(v8)
 MATMUL_RUNG(v9)
 MATMUL_RUNG(v10)
 MATMUL_RUNG(vendor)
+MATMUL_RUNG(vendor_mma_sync)
 #undef MATMUL_RUNG
+
+/* NULL where cuBLAS has a kernel built for sm_80 (mma.sync) that takes the shape, else why not
+ * (vendor.cu). */
+const char *matmul_vendor_mma_sync_unsupported(struct matmul_dims d);
 
 /* NULL where v10 can run on this GPU, else why not (it is built for sm_90a alone). */
 const char *matmul_v10_unsupported(void);

@@ -48,3 +48,283 @@ extern "C" void matmul_vendor(const void *a, const void *b, void *c, struct matm
                                   a, CUDA_R_16F, k, &zero, c, CUDA_R_16F, n, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
 }
+
+/* ---- vendor_mma_sync: cuBLAS's own kernels of v9's instruction ----
+ * cuBLAS on Hopper runs wgmma kernels (v10's instruction); it also ships the kernels it built
+ * for sm_80, which multiply with mma.sync as v9 does. cuBLASLt lists its algorithms, their tile
+ * shapes and pipeline depths; this rung keeps the configurations whose kernels are named for
+ * sm_80 (the name is read from a CUDA graph that captures one call: "sm80_xmma_gemm_...",
+ * "cutlass_80_tensorop_..."), times them on the first call for a shape, and runs the fastest
+ * from then on. It answers the question v9's target raises: how far does the vendor
+ * itself get with mma.sync on this GPU? fp16 in and out, fp32 compute, as the vendor rung. */
+#include <cublasLt.h>
+#include <cuda.h> /* the driver's types; its functions are reached through the runtime */
+#include <string.h>
+
+#define LT_MAX_CANDIDATES 512
+#define LT_WORKSPACE (32u << 20)
+#define LT_SHAPES 32
+
+/* One shape's search: its layouts, the sm_80 configurations that take it, and the fastest. */
+struct lt_shape {
+    struct matmul_dims d;
+    cublasLtMatrixLayout_t a, b, c; /* cuBLAS's column-major view: B (n x k), A (k x m), C */
+    int n_candidates, chosen;       /* chosen < 0: not timed yet */
+    cublasLtMatmulAlgo_t *candidates;
+};
+
+static cublasLtHandle_t lt_handle;
+static cublasLtMatmulDesc_t lt_desc;
+static void *lt_workspace;
+static struct lt_shape lt_shapes[LT_SHAPES];
+static int lt_n_shapes;
+
+typedef CUresult (*node_params_fn)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
+typedef CUresult (*func_name_fn)(const char **, CUfunction);
+typedef CUresult (*kernel_name_fn)(const char **, CUkernel);
+
+static void *driver_function(const char *name)
+{
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult found;
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, CUDART_VERSION, cudaEnableDefault,
+                                                &found));
+    return found == cudaDriverEntryPointSuccess ? fn : NULL;
+}
+
+/* Whether a kernel's name says it was built for sm_80. */
+static bool named_for_sm80(const char *name)
+{
+    return strstr(name, "sm80_") || strstr(name, "cutlass_80_");
+}
+
+static bool lt_run(const struct lt_shape *sh, const cublasLtMatmulAlgo_t *algo, const void *a,
+                   const void *b, void *c, cudaStream_t s)
+{
+    const float one = 1.f, zero = 0.f;
+    return cublasLtMatmul(lt_handle, lt_desc, &one, b, sh->a, a, sh->b, &zero, c, sh->c, c, sh->c,
+                          algo, lt_workspace, LT_WORKSPACE, s) == CUBLAS_STATUS_SUCCESS;
+}
+
+/* Whether every kernel one call of `algo` launches is named for sm_80. The call is captured,
+ * not run, so the pointers only have to be valid device addresses. */
+static bool launches_sm80_kernels(const struct lt_shape *sh, const cublasLtMatmulAlgo_t *algo)
+{
+    static node_params_fn node_params;
+    static func_name_fn func_name;
+    static kernel_name_fn kernel_name;
+    if (!node_params) {
+        node_params = (node_params_fn)driver_function("cuGraphKernelNodeGetParams");
+        func_name = (func_name_fn)driver_function("cuFuncGetName");
+        kernel_name = (kernel_name_fn)driver_function("cuKernelGetName");
+        if (!node_params || !func_name || !kernel_name)
+            return false;
+    }
+    cudaStream_t s;
+    cudaGraph_t g;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    const bool called = lt_run(sh, algo, lt_workspace, lt_workspace, lt_workspace, s);
+    CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    CUDA_CHECK(cudaStreamDestroy(s));
+    size_t n = 0;
+    CUDA_CHECK(cudaGraphGetNodes(g, NULL, &n));
+    cudaGraphNode_t nodes[8];
+    bool sm80 = called && n > 0 && n <= 8;
+    if (sm80)
+        CUDA_CHECK(cudaGraphGetNodes(g, nodes, &n));
+    for (size_t i = 0; sm80 && i < n; i++) {
+        cudaGraphNodeType type;
+        CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &type));
+        if (type != cudaGraphNodeTypeKernel)
+            continue;
+        CUDA_KERNEL_NODE_PARAMS p;
+        const char *name = NULL;
+        if (node_params((CUgraphNode)nodes[i], &p) == CUDA_SUCCESS &&
+            (p.func ? func_name(&name, p.func) : kernel_name(&name, p.kern)) == CUDA_SUCCESS)
+            sm80 = name && named_for_sm80(name);
+        else
+            sm80 = false;
+    }
+    CUDA_CHECK(cudaGraphDestroy(g));
+    return sm80;
+}
+
+/* The tile shapes or pipeline depths an algorithm offers; one, "undefined" (0), where it lists
+ * none. */
+static int algo_ids(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoCapAttributes_t what,
+                    int *ids, int max)
+{
+    size_t bytes = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(algo, what, ids, max * sizeof(int), &bytes) ||
+        bytes == 0) {
+        ids[0] = 0;
+        return 1;
+    }
+    return (int)(bytes / sizeof(int)) < max ? (int)(bytes / sizeof(int)) : max;
+}
+
+/* Every configuration of every algorithm that takes the shape and launches sm_80 kernels:
+ * each tile shape and pipeline depth the algorithm offers, split-K off. */
+static void find_candidates(struct lt_shape *sh)
+{
+    int ids[256], n_ids = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetIds(lt_handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16F,
+                                          CUDA_R_16F, CUDA_R_16F, CUDA_R_16F, 256, ids, &n_ids));
+    sh->candidates = (cublasLtMatmulAlgo_t *)malloc(LT_MAX_CANDIDATES * sizeof *sh->candidates);
+    if (!sh->candidates) {
+        fprintf(stderr, "out of host memory for cuBLASLt's configurations\n");
+        exit(KL_EXIT_CUDA);
+    }
+    for (int i = 0; i < n_ids; i++) {
+        cublasLtMatmulAlgo_t algo;
+        if (cublasLtMatmulAlgoInit(lt_handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16F,
+                                   CUDA_R_16F, CUDA_R_16F, CUDA_R_16F, ids[i], &algo))
+            continue;
+        int tiles[128], stages[128];
+        const int n_tiles = algo_ids(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, 128);
+        const int n_stages = algo_ids(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, 128);
+        for (int t = 0; t < n_tiles; t++)
+            for (int st = 0; st < n_stages; st++) {
+                const int split_k = 1;
+                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID,
+                                                     &tiles[t], sizeof(int));
+                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+                                                     &stages[st], sizeof(int));
+                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                     &split_k, sizeof(int));
+                cublasLtMatmulHeuristicResult_t check;
+                if (cublasLtMatmulAlgoCheck(lt_handle, lt_desc, sh->a, sh->b, sh->c, sh->c,
+                                            &algo, &check) ||
+                    check.workspaceSize > LT_WORKSPACE || !launches_sm80_kernels(sh, &algo))
+                    continue;
+                if (sh->n_candidates < LT_MAX_CANDIDATES)
+                    sh->candidates[sh->n_candidates++] = algo;
+            }
+    }
+}
+
+/* The shape's entry, searched for candidates on first sight. */
+static struct lt_shape *lt_shape_of(struct matmul_dims d)
+{
+    if (!lt_handle) {
+        CUBLAS_CHECK(cublasLtCreate(&lt_handle));
+        CUBLAS_CHECK(cublasLtMatmulDescCreate(&lt_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        CUDA_CHECK(cudaMalloc(&lt_workspace, LT_WORKSPACE));
+    }
+    for (int i = 0; i < lt_n_shapes; i++)
+        if (lt_shapes[i].d.m == d.m && lt_shapes[i].d.n == d.n && lt_shapes[i].d.k == d.k)
+            return &lt_shapes[i];
+    /* Past LT_SHAPES shapes, the last entry is given to each new one. */
+    struct lt_shape *sh = &lt_shapes[lt_n_shapes < LT_SHAPES ? lt_n_shapes++ : LT_SHAPES - 1];
+    if (sh->candidates) {
+        free(sh->candidates);
+        cublasLtMatrixLayoutDestroy(sh->a);
+        cublasLtMatrixLayoutDestroy(sh->b);
+        cublasLtMatrixLayoutDestroy(sh->c);
+    }
+    memset(sh, 0, sizeof *sh);
+    sh->d = d;
+    sh->chosen = -1;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&sh->a, CUDA_R_16F, d.n, d.k, d.n));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&sh->b, CUDA_R_16F, d.k, d.m, d.k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&sh->c, CUDA_R_16F, d.n, d.m, d.n));
+    find_candidates(sh);
+    return sh;
+}
+
+/* Milliseconds a call of `algo` takes on these matrices, `calls` timed after one warm-up, or a
+ * negative number where cuBLASLt refuses it. */
+static float time_candidate(const struct lt_shape *sh, const cublasLtMatmulAlgo_t *algo,
+                            const void *a, const void *b, void *c, cudaStream_t s, int calls)
+{
+    if (!lt_run(sh, algo, a, b, c, s))
+        return -1.f;
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    CUDA_CHECK(cudaEventRecord(start, s));
+    for (int r = 0; r < calls; r++)
+        lt_run(sh, algo, a, b, c, s);
+    CUDA_CHECK(cudaEventRecord(stop, s));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    return ms / calls;
+}
+
+/* The fastest candidate on these matrices. The GPU's clock drifts as it warms over a search of
+ * a hundred or more candidates, which would favour the first ones timed; so every candidate is
+ * timed once, and the LT_SHORTLIST fastest three more times in turn, each keeping its best. */
+#define LT_SHORTLIST 8
+
+static void choose_fastest(struct lt_shape *sh, const void *a, const void *b, void *c,
+                           cudaStream_t s)
+{
+    int list[LT_SHORTLIST];
+    float best[LT_SHORTLIST];
+    int listed = 0;
+    for (int i = 0; i < sh->n_candidates; i++) {
+        const float ms = time_candidate(sh, &sh->candidates[i], a, b, c, s, 2);
+        if (ms < 0.f)
+            continue;
+        if (listed == LT_SHORTLIST && ms >= best[LT_SHORTLIST - 1])
+            continue;
+        int at = listed < LT_SHORTLIST ? listed++ : LT_SHORTLIST - 1; /* the slowest drops out */
+        for (; at > 0 && best[at - 1] > ms; at--) {
+            best[at] = best[at - 1];
+            list[at] = list[at - 1];
+        }
+        best[at] = ms;
+        list[at] = i;
+    }
+    for (int round = 0; round < 3; round++)
+        for (int j = 0; j < listed; j++) {
+            const float ms = time_candidate(sh, &sh->candidates[list[j]], a, b, c, s, 3);
+            if (ms >= 0.f && ms < best[j])
+                best[j] = ms;
+        }
+    float fastest = 0.f;
+    for (int j = 0; j < listed; j++)
+        if (sh->chosen < 0 || best[j] < fastest) {
+            sh->chosen = list[j];
+            fastest = best[j];
+        }
+}
+
+extern "C" const char *matmul_vendor_mma_sync_unsupported(struct matmul_dims d)
+{
+    return lt_shape_of(d)->n_candidates ? NULL
+                                        : "no cuBLAS kernel built for sm_80 takes this shape";
+}
+
+extern "C" void matmul_vendor_mma_sync(const void *a, const void *b, void *c,
+                                       struct matmul_dims d, enum dtype t, cudaStream_t s)
+{
+    (void)t; /* fp16 only: the rung's dtypes say so */
+    struct lt_shape *sh = lt_shape_of(d);
+    if (!sh->n_candidates) {
+        fprintf(stderr, "vendor_mma_sync: %s\n", matmul_vendor_mma_sync_unsupported(d));
+        exit(KL_EXIT_CUDA);
+    }
+    if (sh->chosen < 0) {
+        cudaStreamCaptureStatus capturing;
+        CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
+        if (capturing != cudaStreamCaptureStatusNone) {
+            fprintf(stderr, "vendor_mma_sync: the first call for a shape times the candidates, "
+                            "and cannot be captured\n");
+            exit(KL_EXIT_CUDA);
+        }
+        choose_fastest(sh, a, b, c, s);
+        if (sh->chosen < 0) {
+            fprintf(stderr, "vendor_mma_sync: cublasLtMatmul refused every candidate\n");
+            exit(KL_EXIT_CUDA);
+        }
+    }
+    if (!lt_run(sh, &sh->candidates[sh->chosen], a, b, c, s)) {
+        fprintf(stderr, "vendor_mma_sync: cublasLtMatmul refused its chosen configuration\n");
+        exit(KL_EXIT_CUDA);
+    }
+}
