@@ -255,9 +255,19 @@ static float time_candidate(const struct lt_shape *sh, const cublasLtMatmulAlgo_
     return ms / calls;
 }
 
-/* The fastest candidate on these matrices. The GPU's clock drifts as it warms over a search of
- * a hundred or more candidates, which would favour the first ones timed; so every candidate is
- * timed once, and the LT_SHORTLIST fastest three more times in turn, each keeping its best. */
+/* A candidate's time over a yardstick's (candidate 0) timed just before it. The GPU's clock
+ * drifts as it warms over a search of a hundred or more candidates; timed alone, the first ones
+ * would look faster than they are. Negative where cuBLASLt refuses the candidate. */
+static float relative_time(const struct lt_shape *sh, int i, const void *a, const void *b,
+                           void *c, cudaStream_t s, int calls)
+{
+    const float yardstick = time_candidate(sh, &sh->candidates[0], a, b, c, s, calls);
+    const float mine = time_candidate(sh, &sh->candidates[i], a, b, c, s, calls);
+    return yardstick > 0.f && mine > 0.f ? mine / yardstick : -1.f;
+}
+
+/* The fastest candidate on these matrices: every candidate is timed once against the
+ * yardstick, then the LT_SHORTLIST fastest three more times in turn, each keeping its best. */
 #define LT_SHORTLIST 8
 
 static void choose_fastest(struct lt_shape *sh, const void *a, const void *b, void *c,
@@ -267,24 +277,22 @@ static void choose_fastest(struct lt_shape *sh, const void *a, const void *b, vo
     float best[LT_SHORTLIST];
     int listed = 0;
     for (int i = 0; i < sh->n_candidates; i++) {
-        const float ms = time_candidate(sh, &sh->candidates[i], a, b, c, s, 2);
-        if (ms < 0.f)
-            continue;
-        if (listed == LT_SHORTLIST && ms >= best[LT_SHORTLIST - 1])
+        const float t = relative_time(sh, i, a, b, c, s, 2);
+        if (t < 0.f || (listed == LT_SHORTLIST && t >= best[LT_SHORTLIST - 1]))
             continue;
         int at = listed < LT_SHORTLIST ? listed++ : LT_SHORTLIST - 1; /* the slowest drops out */
-        for (; at > 0 && best[at - 1] > ms; at--) {
+        for (; at > 0 && best[at - 1] > t; at--) {
             best[at] = best[at - 1];
             list[at] = list[at - 1];
         }
-        best[at] = ms;
+        best[at] = t;
         list[at] = i;
     }
     for (int round = 0; round < 3; round++)
         for (int j = 0; j < listed; j++) {
-            const float ms = time_candidate(sh, &sh->candidates[list[j]], a, b, c, s, 3);
-            if (ms >= 0.f && ms < best[j])
-                best[j] = ms;
+            const float t = relative_time(sh, list[j], a, b, c, s, 3);
+            if (t >= 0.f && t < best[j])
+                best[j] = t;
         }
     float fastest = 0.f;
     for (int j = 0; j < listed; j++)
