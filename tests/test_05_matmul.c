@@ -7,6 +7,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "gpu.h"
@@ -190,6 +192,43 @@ Test(matmul_exercise, checker_passes_a_correct_kernel)
 {
     SKIP_WITHOUT_GPU();
     expect_checker_passes(&matmul_chapter, 0, fwd_v3);
+}
+
+/* vendor_mma_sync searches and times its candidates on the first call for a shape, which no
+ * capture may hold: called first inside one, it must stop with its one-line message and exit
+ * 3, not fail somewhere inside cuBLAS. In a child process, since it exits. */
+Test(matmul_gpu, vendor_mma_sync_first_call_refuses_a_capture)
+{
+    SKIP_WITHOUT_GPU();
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    fflush(NULL);
+    const pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        void *buf = NULL;
+        cudaStream_t s;
+        if (cudaMalloc(&buf, 1 << 16) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess ||
+            cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+            _exit(10);
+        matmul_vendor_mma_sync(buf, buf, buf, (struct matmul_dims){48, 40, 56}, DT_FP16, s);
+        _exit(0); /* it must not come back */
+    }
+    close(fds[1]);
+    char said[512];
+    size_t len = 0;
+    ssize_t got;
+    while (len < sizeof said - 1 && (got = read(fds[0], said + len, sizeof said - 1 - len)) > 0)
+        len += (size_t)got;
+    said[len] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == KL_EXIT_CUDA,
+              "exit status %d, said: %s", WIFEXITED(status) ? WEXITSTATUS(status) : -1, said);
+    cr_expect(strstr(said, "cannot be captured") != NULL, "it said: %s", said);
 }
 
 /* ---- the program ---- */

@@ -204,6 +204,14 @@ static void find_candidates(struct lt_shape *sh)
     }
 }
 
+static struct lt_shape *lt_shape_seen(struct matmul_dims d)
+{
+    for (int i = 0; i < lt_n_shapes; i++)
+        if (lt_shapes[i].d.m == d.m && lt_shapes[i].d.n == d.n && lt_shapes[i].d.k == d.k)
+            return &lt_shapes[i];
+    return NULL;
+}
+
 /* The shape's entry, searched for candidates on first sight. */
 static struct lt_shape *lt_shape_of(struct matmul_dims d)
 {
@@ -212,9 +220,9 @@ static struct lt_shape *lt_shape_of(struct matmul_dims d)
         CUBLAS_CHECK(cublasLtMatmulDescCreate(&lt_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         CUDA_CHECK(cudaMalloc(&lt_workspace, LT_WORKSPACE));
     }
-    for (int i = 0; i < lt_n_shapes; i++)
-        if (lt_shapes[i].d.m == d.m && lt_shapes[i].d.n == d.n && lt_shapes[i].d.k == d.k)
-            return &lt_shapes[i];
+    struct lt_shape *seen = lt_shape_seen(d);
+    if (seen)
+        return seen;
     /* Past LT_SHAPES shapes, the last entry is given to each new one. */
     struct lt_shape *sh = &lt_shapes[lt_n_shapes < LT_SHAPES ? lt_n_shapes++ : LT_SHAPES - 1];
     if (sh->candidates) {
@@ -312,19 +320,22 @@ extern "C" void matmul_vendor_mma_sync(const void *a, const void *b, void *c,
                                        struct matmul_dims d, enum dtype t, cudaStream_t s)
 {
     (void)t; /* fp16 only: the rung's dtypes say so */
+    const struct lt_shape *seen = lt_shape_seen(d);
+    if (!seen || seen->chosen < 0) {
+        cudaStreamCaptureStatus capturing;
+        CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
+        if (capturing != cudaStreamCaptureStatusNone) {
+            fprintf(stderr, "vendor_mma_sync: the first call for a shape searches and times the "
+                            "candidates, and cannot be captured\n");
+            exit(KL_EXIT_CUDA);
+        }
+    }
     struct lt_shape *sh = lt_shape_of(d);
     if (!sh->n_candidates) {
         fprintf(stderr, "vendor_mma_sync: %s\n", matmul_vendor_mma_sync_unsupported(d));
         exit(KL_EXIT_CUDA);
     }
     if (sh->chosen < 0) {
-        cudaStreamCaptureStatus capturing;
-        CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
-        if (capturing != cudaStreamCaptureStatusNone) {
-            fprintf(stderr, "vendor_mma_sync: the first call for a shape times the candidates, "
-                            "and cannot be captured\n");
-            exit(KL_EXIT_CUDA);
-        }
         choose_fastest(sh, a, b, c, s);
         if (sh->chosen < 0) {
             fprintf(stderr, "vendor_mma_sync: cublasLtMatmul refused every candidate\n");
