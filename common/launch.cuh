@@ -9,8 +9,8 @@
  *    Its blocks then wait in kl_wait_for_previous_grid() instead of waiting to be launched, so
  *    the launch and the block start-up of back-to-back kernels overlap.
  * Also here: the device's compute capability, the one-time grant of more than 48 KB of shared
- * memory to a kernel, and the relaxed capture mode that lets such set-up through a graph
- * capture. */
+ * memory to a kernel, the relaxed capture mode that lets such set-up through a graph capture,
+ * and functions of the driver library reached through the runtime. */
 #ifndef KL_LAUNCH_CUH
 #define KL_LAUNCH_CUH
 
@@ -49,6 +49,17 @@ void kl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_b
     cfg.numAttrs = n;
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
     LAUNCH_CHECK();
+}
+
+/* A function of the driver library, as the driver of CUDA `version` (12000 for 12.0) spells
+ * it, or NULL where this driver has none. The runtime hands out its address, so the program
+ * need not link libcuda. */
+static inline void *kl_driver_function(const char *name, unsigned version)
+{
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult found;
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &found));
+    return found == cudaDriverEntryPointSuccess ? fn : NULL;
 }
 
 /* One-time set-up (cudaFuncSetAttribute, cudaMalloc) belongs outside graph capture. The

@@ -654,22 +654,17 @@ __global__ void __launch_bounds__(THREADS, 1)
 
 /* ---- host ---- */
 
-/* cuTensorMapEncodeTiled lives in the driver library; the runtime hands out its address, so
- * the program need not link libcuda. */
+/* cuTensorMapEncodeTiled lives in the driver library (kl_driver_function). */
 static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void)
 {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
     if (!encode) {
-        void *fn = NULL;
-        cudaDriverEntryPointQueryResult found;
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                    cudaEnableDefault, &found));
-        if (found != cudaDriverEntryPointSuccess || !fn) {
-            fprintf(stderr, "v10: the driver has no cuTensorMapEncodeTiled (query result %d)\n",
-                    (int)found);
+        encode = (PFN_cuTensorMapEncodeTiled_v12000)kl_driver_function("cuTensorMapEncodeTiled",
+                                                                        12000);
+        if (!encode) {
+            fprintf(stderr, "v10: the driver has no cuTensorMapEncodeTiled\n");
             exit(KL_EXIT_CUDA);
         }
-        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     }
     return encode;
 }

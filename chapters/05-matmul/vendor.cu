@@ -6,10 +6,16 @@
  *    fp32 one.
  *  - fp16: cublasGemmEx with fp16 A, B and C, fp32 compute (CUBLAS_COMPUTE_32F), in the
  *    default math mode, on a handle of its own: tensor cores, fp32 accumulation.
+ *  - vendor_mma_sync, fp16: cuBLASLt held to its sm_80 (mma.sync) kernels, v9's yardstick
+ *    (below).
  * cuBLAS is column-major; a row-major C = A B is the column-major C^T = B^T A^T, so B goes
  * first and no transposition is needed. */
+#include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda.h> /* the driver's types for vendor_mma_sync; its functions: kl_driver_function */
+#include <string.h>
 
+#include "launch.cuh"
 #include "matmul.cuh"
 
 /* One handle per math mode: pedantic for fp32 (checked), the default for fp16. */
@@ -57,10 +63,6 @@ extern "C" void matmul_vendor(const void *a, const void *b, void *c, struct matm
  * "cutlass_80_tensorop_..."), times them on the first call for a shape, and runs the fastest
  * from then on. It answers the question v9's target raises: how far does the vendor
  * itself get with mma.sync on this GPU? fp16 in and out, fp32 compute, as the vendor rung. */
-#include <cublasLt.h>
-#include <cuda.h> /* the driver's types; its functions are reached through the runtime */
-#include <string.h>
-
 #define LT_MAX_CANDIDATES 512
 #define LT_WORKSPACE (32u << 20)
 #define LT_SHAPES 32
@@ -83,15 +85,6 @@ typedef CUresult (*node_params_fn)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
 typedef CUresult (*func_name_fn)(const char **, CUfunction);
 typedef CUresult (*kernel_name_fn)(const char **, CUkernel);
 
-static void *driver_function(const char *name)
-{
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult found;
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, CUDART_VERSION, cudaEnableDefault,
-                                                &found));
-    return found == cudaDriverEntryPointSuccess ? fn : NULL;
-}
-
 /* Whether a kernel's name says it was built for sm_80. */
 static bool named_for_sm80(const char *name)
 {
@@ -110,16 +103,19 @@ static bool lt_run(const struct lt_shape *sh, const cublasLtMatmulAlgo_t *algo, 
  * not run, so the pointers only have to be valid device addresses. */
 static bool launches_sm80_kernels(const struct lt_shape *sh, const cublasLtMatmulAlgo_t *algo)
 {
+    static bool looked_up;
     static node_params_fn node_params;
     static func_name_fn func_name;
     static kernel_name_fn kernel_name;
-    if (!node_params) {
-        node_params = (node_params_fn)driver_function("cuGraphKernelNodeGetParams");
-        func_name = (func_name_fn)driver_function("cuFuncGetName");
-        kernel_name = (kernel_name_fn)driver_function("cuKernelGetName");
-        if (!node_params || !func_name || !kernel_name)
-            return false;
+    if (!looked_up) {
+        node_params = (node_params_fn)kl_driver_function("cuGraphKernelNodeGetParams",
+                                                         CUDART_VERSION);
+        func_name = (func_name_fn)kl_driver_function("cuFuncGetName", CUDART_VERSION);
+        kernel_name = (kernel_name_fn)kl_driver_function("cuKernelGetName", CUDART_VERSION);
+        looked_up = true;
     }
+    if (!node_params || !func_name || !kernel_name)
+        return false;
     cudaStream_t s;
     cudaGraph_t g;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
