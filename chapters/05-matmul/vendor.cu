@@ -99,9 +99,11 @@ static bool lt_run(const struct lt_shape *sh, const cublasLtMatmulAlgo_t *algo, 
                           algo, lt_workspace, LT_WORKSPACE, s) == CUBLAS_STATUS_SUCCESS;
 }
 
-/* Whether every kernel one call of `algo` launches is named for sm_80. The call is captured,
- * not run, so the pointers only have to be valid device addresses. */
-static bool launches_sm80_kernels(const struct lt_shape *sh, const cublasLtMatmulAlgo_t *algo)
+/* The names of the kernels one call of `algo` launches (at most `max`), how many, or -1 where
+ * the call cannot be captured or a name cannot be read. The call is captured, not run, so the
+ * pointers only have to be valid device addresses. */
+static int kernel_names(const struct lt_shape *sh, const cublasLtMatmulAlgo_t *algo,
+                        const char **names, int max)
 {
     static bool looked_up;
     static node_params_fn node_params;
@@ -115,7 +117,7 @@ static bool launches_sm80_kernels(const struct lt_shape *sh, const cublasLtMatmu
         looked_up = true;
     }
     if (!node_params || !func_name || !kernel_name)
-        return false;
+        return -1;
     cudaStream_t s;
     cudaGraph_t g;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -126,23 +128,35 @@ static bool launches_sm80_kernels(const struct lt_shape *sh, const cublasLtMatmu
     size_t n = 0;
     CUDA_CHECK(cudaGraphGetNodes(g, NULL, &n));
     cudaGraphNode_t nodes[8];
-    bool sm80 = called && n > 0 && n <= 8;
-    if (sm80)
+    int named = called && n > 0 && n <= 8 ? 0 : -1;
+    if (named == 0)
         CUDA_CHECK(cudaGraphGetNodes(g, nodes, &n));
-    for (size_t i = 0; sm80 && i < n; i++) {
+    for (size_t i = 0; named >= 0 && i < n; i++) {
         cudaGraphNodeType type;
         CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &type));
         if (type != cudaGraphNodeTypeKernel)
             continue;
         CUDA_KERNEL_NODE_PARAMS p;
         const char *name = NULL;
-        if (node_params((CUgraphNode)nodes[i], &p) == CUDA_SUCCESS &&
-            (p.func ? func_name(&name, p.func) : kernel_name(&name, p.kern)) == CUDA_SUCCESS)
-            sm80 = name && named_for_sm80(name);
+        if (named < max && node_params((CUgraphNode)nodes[i], &p) == CUDA_SUCCESS &&
+            (p.func ? func_name(&name, p.func) : kernel_name(&name, p.kern)) == CUDA_SUCCESS &&
+            name)
+            names[named++] = name;
         else
-            sm80 = false;
+            named = -1;
     }
     CUDA_CHECK(cudaGraphDestroy(g));
+    return named;
+}
+
+/* Whether every kernel one call of `algo` launches is named for sm_80. */
+static bool launches_sm80_kernels(const struct lt_shape *sh, const cublasLtMatmulAlgo_t *algo)
+{
+    const char *names[8];
+    const int n = kernel_names(sh, algo, names, 8);
+    bool sm80 = n > 0;
+    for (int i = 0; i < n; i++)
+        sm80 = sm80 && named_for_sm80(names[i]);
     return sm80;
 }
 
@@ -160,8 +174,32 @@ static int algo_ids(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoCapAttri
     return (int)(bytes / sizeof(int)) < max ? (int)(bytes / sizeof(int)) : max;
 }
 
-/* Every configuration of every algorithm that takes the shape and launches sm_80 kernels:
- * each tile shape and pipeline depth the algorithm offers, split-K off. */
+/* Adds `algo` in one configuration (tile shape, pipeline depth, CTA swizzling; split-K off) to
+ * the shape's candidates if cuBLASLt takes it for the shape and it launches sm_80 kernels. */
+static void add_candidate(struct lt_shape *sh, cublasLtMatmulAlgo_t algo, int tile, int stages,
+                          uint32_t swizzle)
+{
+    const int split_k = 1;
+    cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile);
+    cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                         sizeof stages);
+    cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
+                                         sizeof split_k);
+    cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle,
+                                         sizeof swizzle);
+    cublasLtMatmulHeuristicResult_t check;
+    if (cublasLtMatmulAlgoCheck(lt_handle, lt_desc, sh->a, sh->b, sh->c, sh->c, &algo, &check) ||
+        check.workspaceSize > LT_WORKSPACE || !launches_sm80_kernels(sh, &algo))
+        return;
+    if (sh->n_candidates < LT_MAX_CANDIDATES)
+        sh->candidates[sh->n_candidates++] = algo;
+}
+
+/* Every configuration of every algorithm that takes the shape and launches sm_80 kernels: each
+ * tile shape and pipeline depth the algorithm offers, with and without CTA swizzling where it
+ * offers that. Swizzling orders the tiles so that those running at once share rows of A and
+ * columns of B in the L2; at 8192, where B alone is 128 MB, it decides how often both come
+ * from DRAM. */
 static void find_candidates(struct lt_shape *sh)
 {
     int ids[256], n_ids = 0;
@@ -180,23 +218,14 @@ static void find_candidates(struct lt_shape *sh)
         int tiles[128], stages[128];
         const int n_tiles = algo_ids(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, 128);
         const int n_stages = algo_ids(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, 128);
+        uint32_t swizzles = 0;
+        size_t bytes = 0;
+        cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT,
+                                          &swizzles, sizeof swizzles, &bytes);
         for (int t = 0; t < n_tiles; t++)
-            for (int st = 0; st < n_stages; st++) {
-                const int split_k = 1;
-                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID,
-                                                     &tiles[t], sizeof(int));
-                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID,
-                                                     &stages[st], sizeof(int));
-                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                                     &split_k, sizeof(int));
-                cublasLtMatmulHeuristicResult_t check;
-                if (cublasLtMatmulAlgoCheck(lt_handle, lt_desc, sh->a, sh->b, sh->c, sh->c,
-                                            &algo, &check) ||
-                    check.workspaceSize > LT_WORKSPACE || !launches_sm80_kernels(sh, &algo))
-                    continue;
-                if (sh->n_candidates < LT_MAX_CANDIDATES)
-                    sh->candidates[sh->n_candidates++] = algo;
-            }
+            for (int st = 0; st < n_stages; st++)
+                for (uint32_t sw = 0; sw <= (swizzles == 1); sw++)
+                    add_candidate(sh, algo, tiles[t], stages[st], sw);
     }
 }
 
@@ -306,6 +335,24 @@ static void choose_fastest(struct lt_shape *sh, const void *a, const void *b, vo
         }
 }
 
+/* One line on stderr: which kernel the row stands for at this shape. */
+static void say_choice(const struct lt_shape *sh)
+{
+    const char *names[8];
+    const int n = kernel_names(sh, &sh->candidates[sh->chosen], names, 8);
+    uint32_t swizzle = 0;
+    size_t bytes = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&sh->candidates[sh->chosen],
+                                         CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle,
+                                         sizeof swizzle, &bytes);
+    fprintf(stderr, "vendor_mma_sync: %lldx%lldx%lld runs", (long long)sh->d.m,
+            (long long)sh->d.n, (long long)sh->d.k);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, " %s", names[i]);
+    fprintf(stderr, "%s, the fastest of %d configurations\n", swizzle ? " (CTA swizzling)" : "",
+            sh->n_candidates);
+}
+
 extern "C" const char *matmul_vendor_mma_sync_unsupported(struct matmul_dims d)
 {
     return lt_shape_of(d)->n_candidates ? NULL
@@ -337,6 +384,7 @@ extern "C" void matmul_vendor_mma_sync(const void *a, const void *b, void *c,
             fprintf(stderr, "vendor_mma_sync: cublasLtMatmul refused every candidate\n");
             exit(KL_EXIT_CUDA);
         }
+        say_choice(sh);
     }
     if (!lt_run(sh, &sh->candidates[sh->chosen], a, b, c, s)) {
         fprintf(stderr, "vendor_mma_sync: cublasLtMatmul refused its chosen configuration\n");
