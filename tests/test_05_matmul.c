@@ -5,6 +5,8 @@
 #include <criterion/parameterized.h>
 #include <criterion/redirect.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -88,6 +90,18 @@ ParameterizedTestParameters(matmul_gpu, rung_matches_reference)
     return cr_make_param_array(int, params, (size_t)n, free_params);
 }
 
+/* vendor_mma_sync runs cuBLAS's mma.sync kernels, which need aligned rows: it may decline a
+ * shape whose N or K is no multiple of 8, saying so, never one whose N and K both are. Every
+ * other rung takes every shape. */
+static bool may_decline(const struct rung *r, const char *shape, const char *why)
+{
+    long m = 0, n = 0, k = 0;
+    if (sscanf(shape, "%ldx%ldx%ld", &m, &n, &k) == 1)
+        n = k = m;
+    return !strcmp(r->name, "vendor_mma_sync") && (n % 8 || k % 8) &&
+           strstr(why, "no cuBLAS mma.sync kernel takes this shape");
+}
+
 static void expect_verified(const struct chapter *ch, const struct rung *r,
                             const char *const *list, size_t count)
 {
@@ -99,6 +113,8 @@ static void expect_verified(const struct chapter *ch, const struct rung *r,
             char why[256] = "";
             int rc = ladder_check(ch, r, 0, (enum dtype)t, list[s], 500 + s, &v, why,
                                   sizeof why);
+            if (rc == -1 && may_decline(r, list[s], why))
+                continue;
             cr_expect_eq(rc, 0, "%s %s at %s: %s element %zu is %g, reference %g", r->name,
                          dtype_name(t), list[s], rc == 1 ? "wrong:" : why, v.first_bad,
                          v.bad_out, v.bad_ref);

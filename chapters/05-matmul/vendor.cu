@@ -58,11 +58,13 @@ extern "C" void matmul_vendor(const void *a, const void *b, void *c, struct matm
 /* ---- vendor_mma_sync: cuBLAS's own kernels of v9's instruction ----
  * cuBLAS on Hopper runs wgmma kernels (v10's instruction); it also ships the kernels it built
  * for sm_80, which multiply with mma.sync as v9 does. cuBLASLt lists its algorithms, their tile
- * shapes and pipeline depths; this rung keeps the configurations whose kernels are named for
- * sm_80 (the name is read from a CUDA graph that captures one call: "sm80_xmma_gemm_...",
- * "cutlass_80_tensorop_..."), times them on the first call for a shape, and runs the fastest
- * from then on. It answers the question v9's target raises: how far does the vendor
- * itself get with mma.sync on this GPU? fp16 in and out, fp32 compute, as the vendor rung. */
+ * shapes and pipeline depths; this rung keeps the configurations whose kernels are sm_80
+ * tensor-core kernels by their names (read from a CUDA graph that captures one call:
+ * "sm80_xmma_gemm_..._tensor16x8x16", "cutlass_80_tensorop_..."), times them on the first call
+ * for a shape, runs the fastest from then on, and names it on stderr. It answers the question
+ * v9's target raises: how far does the vendor itself get with mma.sync on this GPU? fp16 in
+ * and out, fp32 compute, as the vendor rung. Where none of those kernels takes the shape (an
+ * odd N or K: they need 4-byte aligned rows), the rung says so and is not run. */
 #define LT_MAX_CANDIDATES 512
 #define LT_WORKSPACE (32u << 20)
 #define LT_SHAPES 32
@@ -85,10 +87,14 @@ typedef CUresult (*node_params_fn)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
 typedef CUresult (*func_name_fn)(const char **, CUfunction);
 typedef CUresult (*kernel_name_fn)(const char **, CUkernel);
 
-/* Whether a kernel's name says it was built for sm_80. */
-static bool named_for_sm80(const char *name)
+/* Whether a kernel's name says it was built for sm_80 and multiplies on the tensor cores
+ * ("tensor16x8x16", "tensorop_f16_s16816gemm", "wmma_tensorop"). cuBLAS's sm_80 kernels also
+ * include FFMA ones ("..._ffma_aligna2..."), the only ones that take an odd N or K; those are
+ * not mma.sync, and the rung declines such shapes rather than time them under its name. */
+static bool named_for_sm80_mma(const char *name)
 {
-    return strstr(name, "sm80_") || strstr(name, "cutlass_80_");
+    return (strstr(name, "sm80_") || strstr(name, "cutlass_80_")) && strstr(name, "tensor") &&
+           !strstr(name, "ffma");
 }
 
 static bool lt_run(const struct lt_shape *sh, const cublasLtMatmulAlgo_t *algo, const void *a,
@@ -149,14 +155,15 @@ static int kernel_names(const struct lt_shape *sh, const cublasLtMatmulAlgo_t *a
     return named;
 }
 
-/* Whether every kernel one call of `algo` launches is named for sm_80. */
-static bool launches_sm80_kernels(const struct lt_shape *sh, const cublasLtMatmulAlgo_t *algo)
+/* Whether every kernel one call of `algo` launches is an sm_80 tensor-core kernel. */
+static bool launches_sm80_mma_kernels(const struct lt_shape *sh,
+                                      const cublasLtMatmulAlgo_t *algo)
 {
     const char *names[8];
     const int n = kernel_names(sh, algo, names, 8);
     bool sm80 = n > 0;
     for (int i = 0; i < n; i++)
-        sm80 = sm80 && named_for_sm80(names[i]);
+        sm80 = sm80 && named_for_sm80_mma(names[i]);
     return sm80;
 }
 
@@ -189,7 +196,7 @@ static void add_candidate(struct lt_shape *sh, cublasLtMatmulAlgo_t algo, int ti
                                          sizeof swizzle);
     cublasLtMatmulHeuristicResult_t check;
     if (cublasLtMatmulAlgoCheck(lt_handle, lt_desc, sh->a, sh->b, sh->c, sh->c, &algo, &check) ||
-        check.workspaceSize > LT_WORKSPACE || !launches_sm80_kernels(sh, &algo))
+        check.workspaceSize > LT_WORKSPACE || !launches_sm80_mma_kernels(sh, &algo))
         return;
     if (sh->n_candidates < LT_MAX_CANDIDATES)
         sh->candidates[sh->n_candidates++] = algo;
@@ -198,8 +205,8 @@ static void add_candidate(struct lt_shape *sh, cublasLtMatmulAlgo_t algo, int ti
 /* Every configuration of every algorithm that takes the shape and launches sm_80 kernels: each
  * tile shape and pipeline depth the algorithm offers, with and without CTA swizzling where it
  * offers that. Swizzling orders the tiles so that those running at once share rows of A and
- * columns of B in the L2; at 8192, where B alone is 128 MB, it decides how often both come
- * from DRAM. */
+ * columns of B in the L2; the sm80_xmma kernels offer the choice, CUTLASS's order their tiles
+ * their own way and offer none. */
 static void find_candidates(struct lt_shape *sh)
 {
     int ids[256], n_ids = 0;
@@ -356,7 +363,7 @@ static void say_choice(const struct lt_shape *sh)
 extern "C" const char *matmul_vendor_mma_sync_unsupported(struct matmul_dims d)
 {
     return lt_shape_of(d)->n_candidates ? NULL
-                                        : "no cuBLAS kernel built for sm_80 takes this shape";
+                                        : "no cuBLAS mma.sync kernel takes this shape";
 }
 
 extern "C" void matmul_vendor_mma_sync(const void *a, const void *b, void *c,
