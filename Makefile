@@ -33,11 +33,12 @@ chapter_lib_objs = $(patsubst %/main.o,%/main.nomain.o,$(call chapter_objs,$(1))
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(OBJ)/%.o)
 PROGRAMS := $(CHAPTERS:%=$(BUILD)/bin/%)
+CEILING := $(BUILD)/bin/05-mma-sync-ceiling
 
 .PHONY: all help toolkit deps deps-test deps-plots test run bench plots report sanitize clean \
         $(addprefix chapter-,$(foreach c,$(CHAPTERS),$(firstword $(subst -, ,$(c)))))
 
-all: toolkit $(PROGRAMS) $(BUILD)/bin/tests
+all: toolkit $(PROGRAMS) $(CEILING) $(BUILD)/bin/tests
 
 help:
 	@echo "make               build every chapter and the tests"
@@ -100,6 +101,11 @@ $(BUILD)/bin/%: $(COMMON_OBJ) $$(call chapter_objs,%)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
+# Chapter 05's second program: the ceiling of mma.sync on the GPU present (see its header).
+$(CEILING): $(OBJ)/chapters/05-matmul/ceiling/mma_sync_ceiling.o
+	@mkdir -p $(dir $@)
+	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS)
+
 $(BUILD)/bin/tests: $(TEST_OBJ) $(COMMON_OBJ) $(foreach c,$(CHAPTERS),$(call chapter_lib_objs,$(c)))
 	@mkdir -p $(dir $@)
 	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lcriterion
@@ -111,7 +117,7 @@ chapter-%: toolkit
 	$(MAKE) --no-print-directory $(BUILD)/bin/$$ch && ln -sf $(BUILD)/bin/$$ch run && \
 	echo "./run now runs $$ch (try ./run --help)"
 
-test: deps-test toolkit $(BUILD)/bin/tests
+test: deps-test toolkit $(BUILD)/bin/tests $(CEILING)
 	$(BUILD)/bin/tests --jobs 4
 
 run: toolkit $(PROGRAMS)

@@ -1,6 +1,7 @@
 /* Chapter 05: the CPU reference against known products, the sampled reference against the full
  * one, every rung against the reference on GPU at odd and tiny shapes in both dtypes, the C
- * API's three forms, the exercise checker, and the program's refusals. */
+ * API's three forms, the exercise checker, the program's refusals, and the mma.sync ceiling
+ * program's own check. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <criterion/redirect.h>
@@ -279,4 +280,38 @@ Test(matmul_program, check_shape_names_the_problem)
     cr_expect(strstr(why, "MxNxK") != NULL, "the reason was: %s", why);
     cr_assert_eq(shape_parse("1023x77x513", &s, why, sizeof why), 0);
     cr_expect_eq(matmul_chapter.check_shape(&s, why, sizeof why), 0);
+}
+
+/* ---- the ceiling program, build/bin/05-mma-sync-ceiling (`make test` builds it) ---- */
+
+/* Runs the ceiling program with `arg` (or none): its exit status, and what it printed. */
+static int run_ceiling(const char *arg, char *said, size_t size)
+{
+    char command[256];
+    snprintf(command, sizeof command, "build/bin/05-mma-sync-ceiling %s 2>&1", arg ? arg : "");
+    FILE *out = popen(command, "r");
+    cr_assert(out, "cannot start %s", command);
+    const size_t len = fread(said, 1, size - 1, out);
+    said[len] = '\0';
+    const int status = pclose(out);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(matmul_ceiling, refuses_a_flag)
+{
+    char said[512];
+    cr_expect_eq(run_ceiling("--iters 3", said, sizeof said), 2, "it said: %s", said);
+    cr_expect(strstr(said, "takes no flags (got '--iters')") != NULL, "it said: %s", said);
+}
+
+/* Every mma.sync adds exactly 1 to each accumulator; the program checks that every one holds
+ * its iteration count, so a wrong operand, layout or launch fails here. */
+Test(matmul_ceiling, verifies_its_accumulators)
+{
+    SKIP_WITHOUT_GPU();
+    char said[1024];
+    cr_expect_eq(run_ceiling(NULL, said, sizeof said), 0, "it said: %s", said);
+    cr_expect(strstr(said, "every accumulator verified") != NULL ||
+                  strstr(said, "unsupported: mma.sync m16n8k16 needs") != NULL,
+              "it said: %s", said);
 }
