@@ -65,7 +65,7 @@ extern "C" void matmul_vendor(const void *a, const void *b, void *c, struct matm
  * v9's target raises: how far does the vendor itself get with mma.sync on this GPU? fp16 in
  * and out, fp32 compute, as the vendor rung. Where none of those kernels takes the shape (an
  * odd N or K: they need 4-byte aligned rows), the rung says so and is not run. */
-#define LT_MAX_CANDIDATES 512
+#define LT_MAX_CANDIDATES 4096
 #define LT_WORKSPACE (32u << 20)
 #define LT_SHAPES 32
 
@@ -74,6 +74,7 @@ struct lt_shape {
     struct matmul_dims d;
     cublasLtMatrixLayout_t a, b, c; /* cuBLAS's column-major view: B (n x k), A (k x m), C */
     int n_candidates, chosen;       /* chosen < 0: not timed yet */
+    bool table_full;                /* more were offered than LT_MAX_CANDIDATES */
     cublasLtMatmulAlgo_t *candidates;
 };
 
@@ -181,32 +182,45 @@ static int algo_ids(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoCapAttri
     return (int)(bytes / sizeof(int)) < max ? (int)(bytes / sizeof(int)) : max;
 }
 
-/* Adds `algo` in one configuration (tile shape, pipeline depth, CTA swizzling; split-K off) to
- * the shape's candidates if cuBLASLt takes it for the shape and it launches sm_80 kernels. */
-static void add_candidate(struct lt_shape *sh, cublasLtMatmulAlgo_t algo, int tile, int stages,
-                          uint32_t swizzle)
+/* One configuration of an algorithm: what cuBLASLt lets a caller choose besides split-K. */
+struct lt_config {
+    int tile, stages;
+    uint32_t swizzle, custom;
+};
+
+/* Adds `algo` in configuration `cf` (split-K off) to the shape's candidates if cuBLASLt takes
+ * it for the shape and it launches sm_80 tensor-core kernels. */
+static void add_candidate(struct lt_shape *sh, cublasLtMatmulAlgo_t algo, struct lt_config cf)
 {
     const int split_k = 1;
-    cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile);
-    cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
-                                         sizeof stages);
+    cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &cf.tile,
+                                         sizeof cf.tile);
+    cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &cf.stages,
+                                         sizeof cf.stages);
     cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k,
                                          sizeof split_k);
-    cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle,
-                                         sizeof swizzle);
+    cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &cf.swizzle,
+                                         sizeof cf.swizzle);
+    cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &cf.custom,
+                                         sizeof cf.custom);
     cublasLtMatmulHeuristicResult_t check;
     if (cublasLtMatmulAlgoCheck(lt_handle, lt_desc, sh->a, sh->b, sh->c, sh->c, &algo, &check) ||
         check.workspaceSize > LT_WORKSPACE || !launches_sm80_mma_kernels(sh, &algo))
         return;
     if (sh->n_candidates < LT_MAX_CANDIDATES)
         sh->candidates[sh->n_candidates++] = algo;
+    else if (!sh->table_full) {
+        fprintf(stderr, "vendor_mma_sync: more than %d configurations; the rest are not timed\n",
+                LT_MAX_CANDIDATES);
+        sh->table_full = true;
+    }
 }
 
-/* Every configuration of every algorithm that takes the shape and launches sm_80 kernels: each
- * tile shape and pipeline depth the algorithm offers, with and without CTA swizzling where it
- * offers that. Swizzling orders the tiles so that those running at once share rows of A and
- * columns of B in the L2; the sm80_xmma kernels offer the choice, CUTLASS's order their tiles
- * their own way and offer none. */
+/* Every configuration of every algorithm that takes the shape and launches sm_80 tensor-core
+ * kernels: each tile shape, pipeline depth and custom option the algorithm offers, with and
+ * without CTA swizzling where it offers that. Swizzling orders the tiles so that those running
+ * at once share rows of A and columns of B in the L2; the custom options are the algorithm's
+ * own (what each means, cuBLASLt does not say), so all are timed. */
 static void find_candidates(struct lt_shape *sh)
 {
     int ids[256], n_ids = 0;
@@ -226,13 +240,18 @@ static void find_candidates(struct lt_shape *sh)
         const int n_tiles = algo_ids(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, 128);
         const int n_stages = algo_ids(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, 128);
         uint32_t swizzles = 0;
+        int32_t custom_max = 0;
         size_t bytes = 0;
         cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT,
                                           &swizzles, sizeof swizzles, &bytes);
+        cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX,
+                                          &custom_max, sizeof custom_max, &bytes);
         for (int t = 0; t < n_tiles; t++)
             for (int st = 0; st < n_stages; st++)
                 for (uint32_t sw = 0; sw <= (swizzles == 1); sw++)
-                    add_candidate(sh, algo, tiles[t], stages[st], sw);
+                    for (int32_t cu = 0; cu <= custom_max && cu < 16; cu++)
+                        add_candidate(sh, algo,
+                                      (struct lt_config){tiles[t], stages[st], sw, (uint32_t)cu});
     }
 }
 
@@ -347,17 +366,19 @@ static void say_choice(const struct lt_shape *sh)
 {
     const char *names[8];
     const int n = kernel_names(sh, &sh->candidates[sh->chosen], names, 8);
-    uint32_t swizzle = 0;
+    uint32_t swizzle = 0, custom = 0;
     size_t bytes = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&sh->candidates[sh->chosen],
-                                         CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle,
+    const cublasLtMatmulAlgo_t *algo = &sh->candidates[sh->chosen];
+    cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle,
                                          sizeof swizzle, &bytes);
+    cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom,
+                                         sizeof custom, &bytes);
     fprintf(stderr, "vendor_mma_sync: %lldx%lldx%lld runs", (long long)sh->d.m,
             (long long)sh->d.n, (long long)sh->d.k);
     for (int i = 0; i < n; i++)
         fprintf(stderr, " %s", names[i]);
-    fprintf(stderr, "%s, the fastest of %d configurations\n", swizzle ? " (CTA swizzling)" : "",
-            sh->n_candidates);
+    fprintf(stderr, " (CTA swizzling %s, custom option %u), the fastest of %d configurations\n",
+            swizzle ? "on" : "off", custom, sh->n_candidates);
 }
 
 extern "C" const char *matmul_vendor_mma_sync_unsupported(struct matmul_dims d)
