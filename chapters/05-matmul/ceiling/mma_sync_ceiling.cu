@@ -21,7 +21,8 @@
 #define WARPS_PER_BLOCK 8
 #define BLOCKS_PER_SM 2
 #define RUNS 7
-#define TARGET_MS 20.f      /* per run; short enough that n stays far below 2^24 */
+#define TARGET_MS 20.f      /* per run */
+#define MAX_ITERATIONS (1 << 22) /* below 2^24, where fp32 stops counting in ones */
 #define FLOP_PER_MMA (2.0 * 16 * 8 * 16)
 
 #define CHECK(call)                                                                            \
@@ -141,11 +142,14 @@ int main(int argc, char **argv)
     CHECK(cudaMalloc(&sums, count * sizeof *sums));
     CHECK(cudaMalloc(&cycles_and_ns, 2 * sizeof *cycles_and_ns));
 
-    /* Size the runs: a short launch first, then one of about TARGET_MS as a warm-up. */
+    /* Size the runs: a short launch first, then one of about TARGET_MS as a warm-up. At most
+     * MAX_ITERATIONS, so that every accumulator stays an exact integer in fp32. */
     int iterations = 1000;
-    for (int pass = 0; pass < 2; pass++)
-        iterations = (int)(iterations * TARGET_MS / time_launch(blocks, sums, iterations,
-                                                                cycles_and_ns));
+    for (int pass = 0; pass < 2; pass++) {
+        const double scaled =
+            iterations * TARGET_MS / time_launch(blocks, sums, iterations, cycles_and_ns);
+        iterations = scaled < 1 ? 1 : scaled > MAX_ITERATIONS ? MAX_ITERATIONS : (int)scaled;
+    }
     double tflops[RUNS];
     for (int r = 0; r < RUNS; r++) {
         const float ms = time_launch(blocks, sums, iterations, cycles_and_ns);
