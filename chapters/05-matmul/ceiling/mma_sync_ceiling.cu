@@ -17,6 +17,8 @@
 
 #include <cuda_runtime.h>
 
+#include "check.h"
+
 #define ACCUMULATORS 8      /* independent mma.syncs in flight per warp: enough to hide latency */
 #define WARPS_PER_BLOCK 8
 #define BLOCKS_PER_SM 2
@@ -24,15 +26,6 @@
 #define TARGET_MS 20.f      /* per run */
 #define MAX_ITERATIONS (1 << 22) /* below 2^24, where fp32 stops counting in ones */
 #define FLOP_PER_MMA (2.0 * 16 * 8 * 16)
-
-#define CHECK(call)                                                                            \
-    do {                                                                                       \
-        cudaError_t err_ = (call);                                                             \
-        if (err_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(err_));                      \
-            exit(3);                                                                           \
-        }                                                                                      \
-    } while (0)
 
 /* Each warp runs `iterations` rounds of ACCUMULATORS mma.syncs and stores its accumulators;
  * thread 0 of block 0 also records the SM cycles and nanoseconds its loop took. */
@@ -75,17 +68,17 @@ __global__ void mma_sync_loop(float *sums, int iterations, long long *cycles_and
 static float time_launch(int blocks, float *sums, int iterations, long long *cycles_and_ns)
 {
     cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
-    CHECK(cudaEventRecord(start));
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    CUDA_CHECK(cudaEventRecord(start));
     mma_sync_loop<<<blocks, WARPS_PER_BLOCK * 32>>>(sums, iterations, cycles_and_ns);
-    CHECK(cudaGetLastError());
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
+    LAUNCH_CHECK();
+    CUDA_CHECK(cudaEventRecord(stop));
+    CUDA_CHECK(cudaEventSynchronize(stop));
     float ms;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    CHECK(cudaEventDestroy(start));
-    CHECK(cudaEventDestroy(stop));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
     return ms;
 }
 
@@ -96,9 +89,9 @@ static int accumulators_hold(const float *sums, size_t count, int iterations)
     float *host = (float *)malloc(count * sizeof *host);
     if (!host) {
         fprintf(stderr, "out of host memory for %zu accumulators\n", count);
-        exit(3);
+        exit(KL_EXIT_CUDA);
     }
-    CHECK(cudaMemcpy(host, sums, count * sizeof *host, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(host, sums, count * sizeof *host, cudaMemcpyDeviceToHost));
     size_t bad = count;
     for (size_t i = 0; i < count && bad == count; i++)
         if (host[i] != (float)iterations)
@@ -121,26 +114,26 @@ int main(int argc, char **argv)
     if (argc > 1) {
         fprintf(stderr, "%s takes no flags (got '%s'): it measures mma.sync's ceiling\n",
                 argv[0], argv[1]);
-        return 2;
+        return KL_EXIT_USAGE;
     }
     int device_count = 0;
     if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
         fprintf(stderr, "no CUDA GPU found: the ceiling is a GPU measurement\n");
-        return 3;
+        return KL_EXIT_CUDA;
     }
     cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     if (prop.major < 8) {
         printf("unsupported: mma.sync m16n8k16 needs compute capability 8.0 (%s has %d.%d)\n",
                prop.name, prop.major, prop.minor);
-        return 0;
+        return KL_EXIT_OK;
     }
     const int blocks = prop.multiProcessorCount * BLOCKS_PER_SM;
     const size_t count = (size_t)blocks * WARPS_PER_BLOCK * 32 * ACCUMULATORS * 4;
     float *sums;
     long long *cycles_and_ns;
-    CHECK(cudaMalloc(&sums, count * sizeof *sums));
-    CHECK(cudaMalloc(&cycles_and_ns, 2 * sizeof *cycles_and_ns));
+    CUDA_CHECK(cudaMalloc(&sums, count * sizeof *sums));
+    CUDA_CHECK(cudaMalloc(&cycles_and_ns, 2 * sizeof *cycles_and_ns));
 
     /* Size the runs: a short launch first, then one of about TARGET_MS as a warm-up. At most
      * MAX_ITERATIONS, so that every accumulator stays an exact integer in fp32. */
@@ -157,10 +150,10 @@ int main(int argc, char **argv)
         tflops[r] = mmas * FLOP_PER_MMA / (ms * 1e-3) / 1e12;
     }
     long long clock[2];
-    CHECK(cudaMemcpy(clock, cycles_and_ns, sizeof clock, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(clock, cycles_and_ns, sizeof clock, cudaMemcpyDeviceToHost));
     const int ok = accumulators_hold(sums, count, iterations);
-    CHECK(cudaFree(sums));
-    CHECK(cudaFree(cycles_and_ns));
+    CUDA_CHECK(cudaFree(sums));
+    CUDA_CHECK(cudaFree(cycles_and_ns));
 
     qsort(tflops, RUNS, sizeof tflops[0], by_value);
     const double ghz = (double)clock[0] / (double)clock[1];
@@ -174,5 +167,5 @@ int main(int argc, char **argv)
            "%.1f cycles on each of its 4 schedulers\n",
            ghz, flop_per_sm_cycle, 4 * FLOP_PER_MMA / flop_per_sm_cycle);
     printf("  %s\n", ok ? "every accumulator verified" : "FAILED: an accumulator is wrong");
-    return ok ? 0 : 1;
+    return ok ? KL_EXIT_OK : KL_EXIT_WRONG;
 }
