@@ -63,7 +63,7 @@ static inline void *kl_driver_function(const char *name, unsigned version)
 }
 
 /* One-time set-up (cudaFuncSetAttribute, cudaMalloc) belongs outside graph capture. The
- * harness makes every launcher's first call outside capture, but --no-verify skips that call,
+ * harness makes every launcher's first call outside capture, but a caller's own graph may not,
  * so set-up runs in relaxed capture mode, which lets such calls through a capture in progress. */
 static inline cudaStreamCaptureMode kl_capture_relax(void)
 {
@@ -78,9 +78,9 @@ static inline void kl_capture_restore(cudaStreamCaptureMode mode)
 }
 
 /* A device buffer of at least `need` bytes: *buf, of *have bytes, replaced by a larger one when
- * a larger problem comes, and kept otherwise. Inside a capture (only under --no-verify) the old
- * buffer may belong to nodes already captured, and cudaFree would synchronise: it is left
- * allocated. */
+ * a larger problem comes, and kept otherwise. Inside a capture (a caller's, never the harness's)
+ * the old buffer may belong to nodes already captured, and cudaFree would synchronise: it is
+ * left allocated. */
 static inline void *kl_grow_buffer(void **buf, size_t *have, size_t need, cudaStream_t s)
 {
     if (need > *have) {
