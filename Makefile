@@ -102,7 +102,8 @@ $(BUILD)/bin/%: $(COMMON_OBJ) $$(call chapter_objs,%)
 	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
 # Chapter 05's second program: the ceiling of mma.sync on the GPU present (see its header).
-$(CEILING): $(OBJ)/chapters/05-matmul/ceiling/mma_sync_ceiling.o $(OBJ)/common/check.o
+$(CEILING): $(OBJ)/chapters/05-matmul/ceiling/mma_sync_ceiling.o $(OBJ)/common/check.o \
+            $(OBJ)/common/stats.o
 	@mkdir -p $(dir $@)
 	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS)
 

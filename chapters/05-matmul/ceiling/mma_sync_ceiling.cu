@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "stats.h"
 
 #define ACCUMULATORS 8      /* independent mma.syncs in flight per warp: enough to hide latency */
 #define WARPS_PER_BLOCK 8
@@ -103,12 +104,6 @@ static int accumulators_hold(const float *sums, size_t count, int iterations)
     return bad == count;
 }
 
-static int by_value(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv)
 {
     if (argc > 1) {
@@ -155,14 +150,13 @@ int main(int argc, char **argv)
     CUDA_CHECK(cudaFree(sums));
     CUDA_CHECK(cudaFree(cycles_and_ns));
 
-    qsort(tflops, RUNS, sizeof tflops[0], by_value);
+    const struct summary rate = summarize(tflops, RUNS);
     const double ghz = (double)clock[0] / (double)clock[1];
-    const double flop_per_sm_cycle =
-        tflops[RUNS / 2] * 1e12 / (prop.multiProcessorCount * ghz * 1e9);
+    const double flop_per_sm_cycle = rate.median * 1e12 / (prop.multiProcessorCount * ghz * 1e9);
     printf("mma.sync m16n8k16, fp16 in, fp32 accumulate, registers only, on %s (%d SMs)\n",
            prop.name, prop.multiProcessorCount);
     printf("  %.1f TFLOP/s: the median of %d runs of %.0f ms (min %.1f, max %.1f)\n",
-           tflops[RUNS / 2], RUNS, TARGET_MS, tflops[0], tflops[RUNS - 1]);
+           rate.median, RUNS, TARGET_MS, rate.min, rate.max);
     printf("  SM clock in the last run %.2f GHz: %.0f FLOP a cycle an SM, one mma.sync every "
            "%.1f cycles on each of its 4 schedulers\n",
            ghz, flop_per_sm_cycle, 4 * FLOP_PER_MMA / flop_per_sm_cycle);
