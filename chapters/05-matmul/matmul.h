@@ -36,7 +36,7 @@ MATMUL_RUNG(vendor)
 MATMUL_RUNG(vendor_mma_sync)
 #undef MATMUL_RUNG
 
-/* NULL where cuBLAS has a kernel built for sm_80 (mma.sync) that takes the shape, else why not
+/* NULL where one of cuBLAS's sm_80 tensor-core (mma.sync) kernels takes the shape, else why not
  * (vendor.cu). */
 const char *matmul_vendor_mma_sync_unsupported(struct matmul_dims d);
 
