@@ -98,6 +98,7 @@ ParameterizedTest(int *rung, bias_grad_gpu, rung_matches_reference)
             char why[256] = "";
             int rc = ladder_check(&bias_grad_chapter, r, 0, (enum dtype)t, shapes[s], 100 + s, &v,
                                   why, sizeof why);
+            SKIP_IF_GPU_LACKS_RUNG(rc, why);
             cr_expect_eq(rc, 0, "%s %s at %s: %s db[%zu] is %g, reference %g", r->name,
                          dtype_name(t), shapes[s], rc == 1 ? "wrong:" : why, v.first_bad,
                          v.bad_out, v.bad_ref);
@@ -133,6 +134,31 @@ Test(bias_grad_gpu, fp16_sums_are_inexact)
     cr_expect(half_sums.max_abs_err > 10 * float_sums.max_abs_err,
               "fp16 sums err %g, fp32 sums err %g", half_sums.max_abs_err,
               float_sums.max_abs_err);
+}
+
+/* v6 adds on the tensor cores: its sums must be as accurate as v4's fp32 adds (both round the
+ * same sums to fp16 at the end), not v5's fp16 sums; at the seed shape and at one whose rows
+ * are not 16-byte aligned (hw odd: the scalar path takes part of each row). */
+Test(bias_grad_gpu, tensor_core_sums_are_as_accurate_as_fp32_adds)
+{
+    SKIP_WITHOUT_GPU();
+    const char *const at[] = {"32x128x64x64", "3x64x91x91"};
+    const struct rung *v6 = &bias_grad_chapter.rungs[rung_index("v6_tensor_core_sum")];
+    const struct rung *v4 = &bias_grad_chapter.rungs[rung_index("v4_split_shuffle")];
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        struct verify_result mma, adds;
+        char why[256] = "";
+        int rc6 = ladder_check(&bias_grad_chapter, v6, 0, DT_FP16, at[i], 7, &mma, why,
+                               sizeof why);
+        SKIP_IF_GPU_LACKS_RUNG(rc6, why);
+        cr_assert_eq(rc6, 0, "v6 at %s: %s", at[i], why);
+        int rc4 = ladder_check(&bias_grad_chapter, v4, 0, DT_FP16, at[i], 7, &adds, why,
+                               sizeof why);
+        cr_assert_eq(rc4, 0, "v4 at %s: %s", at[i], why);
+        cr_expect(mma.max_abs_err <= 1.5 * adds.max_abs_err,
+                  "at %s: tensor-core sums err %g, fp32 adds err %g", at[i], mma.max_abs_err,
+                  adds.max_abs_err);
+    }
 }
 
 /* The exercise checker fails the untouched stub and passes a correct kernel (v3's). */

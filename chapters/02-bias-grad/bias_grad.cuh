@@ -38,4 +38,31 @@ __global__ void bias_grad_store(const float *__restrict__ ws, T *__restrict__ db
         db[i] = from_float<T>(ws[i]);
 }
 
+/* The second pass of the rungs that split rows into chunks (v4, v6): one warp per channel adds
+ * the channel's per_channel partial sums, in a fixed order, and stores db[c]. */
+template <typename T>
+__global__ void bias_grad_add_partials(const float *__restrict__ partials, T *__restrict__ db,
+                                       int64_t c_count, int64_t per_channel)
+{
+    int64_t c = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (c >= c_count)
+        return; /* whole warps leave together: c is the same across a warp */
+    float sum = 0.f;
+    for (int64_t i = threadIdx.x % 32; i < per_channel; i += 32)
+        sum += partials[c * per_channel + i];
+    sum = warp_sum(sum);
+    if (threadIdx.x % 32 == 0)
+        db[c] = from_float<T>(sum);
+}
+
+template <typename T>
+static void bias_grad_launch_add_partials(const float *partials, T *db, int64_t c_count,
+                                          int64_t per_channel, cudaStream_t s)
+{
+    const int warps = 8;
+    bias_grad_add_partials<<<(unsigned)((c_count + warps - 1) / warps), warps * 32, 0, s>>>(
+        partials, db, c_count, per_channel);
+    LAUNCH_CHECK();
+}
+
 #endif

@@ -24,6 +24,7 @@ ADAPT(v2)
 ADAPT(v3)
 ADAPT(v4)
 ADAPT(v5)
+ADAPT(v6)
 ADAPT(vendor)
 ADAPT(exercise)
 
@@ -47,6 +48,9 @@ static const struct rung rungs[] = {
          DT_FLOATS, NULL),
     RUNG("v5_fp16_accumulate", v5, "v3 with fp16 sums: shown for its error", 1u << DT_FP16,
          "fp16 sums: inexact"),
+    {.name = "v6_tensor_core_sum", .idea = "v4 with each fp16 pack summed by one mma.sync",
+     .launch = {bwd_v6}, .dtypes = 1u << DT_FP16, .min_cc = 80, .unsupported = NULL,
+     .shown_for_error = NULL},
     {.name = "vendor", .idea = "cuDNN cudnnConvolutionBackwardBias", .launch = {bwd_vendor},
      .dtypes = DT_FLOATS, .min_cc = 0, .unsupported = vendor_unsupported,
      .shown_for_error = NULL},

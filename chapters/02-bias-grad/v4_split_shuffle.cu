@@ -67,22 +67,6 @@ __global__ void __launch_bounds__(THREADS)
         partials[c * z.n * chunks + n * chunks + chunk] = sum;
 }
 
-/* One warp per channel adds its partials and stores db[c]. */
-template <typename T>
-__global__ void bias_grad_add_partials(const float *__restrict__ partials, T *__restrict__ db,
-                                       int64_t c_count, int64_t per_channel)
-{
-    int64_t c = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (c >= c_count)
-        return; /* whole warps leave together: c is the same across a warp */
-    float sum = 0.f;
-    for (int64_t i = threadIdx.x % 32; i < per_channel; i += 32)
-        sum += partials[c * per_channel + i];
-    sum = warp_sum(sum);
-    if (threadIdx.x % 32 == 0)
-        db[c] = from_float<T>(sum);
-}
-
 static float *workspace;
 static size_t workspace_bytes;
 
@@ -96,10 +80,7 @@ template <typename T> static void launch(const T *dy, T *db, struct bias_grad_si
     bias_grad_chunk_sums<<<(unsigned)(z.n * z.c * chunks), THREADS, 0, s>>>(dy, partials, z,
                                                                             chunks);
     LAUNCH_CHECK();
-    const int warps = 8;
-    bias_grad_add_partials<<<(unsigned)((z.c + warps - 1) / warps), warps * 32, 0, s>>>(
-        partials, db, z.c, per_channel);
-    LAUNCH_CHECK();
+    bias_grad_launch_add_partials(partials, db, z.c, per_channel, s);
 }
 
 extern "C" void bias_grad_v4(const void *dy, void *db, struct bias_grad_size z, enum dtype t,
