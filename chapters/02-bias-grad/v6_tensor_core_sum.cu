@@ -23,8 +23,8 @@
 
 #define THREADS 256
 #define UNROLL 4 /* packs a thread per chunk, as v4 */
-#define HALVES_PER_PACK 8
-#define CHUNK ((int64_t)THREADS * UNROLL * HALVES_PER_PACK)
+using pack = pack16<__half>; /* 8 halves, one 16-byte load */
+#define CHUNK ((int64_t)THREADS * UNROLL * pack::width)
 
 /* d += the 256 halves of the warp's packs, spread over the warp's accumulators. */
 __device__ __forceinline__ void add_pack(uint4 a, float (&d)[4])
@@ -36,10 +36,10 @@ __device__ __forceinline__ void add_pack(uint4 a, float (&d)[4])
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(ones));
 #else
-    pack16<__half> p;
+    pack p;
     p.raw = a;
 #pragma unroll
-    for (int j = 0; j < HALVES_PER_PACK; j++)
+    for (int j = 0; j < pack::width; j++)
         d[0] += __half2float(p.e[j]);
 #endif
 }
@@ -51,7 +51,7 @@ __device__ float chunk_sum(const __half *__restrict__ row, int64_t begin, int64_
     float d[4] = {0.f, 0.f, 0.f, 0.f}, rest = 0.f;
     int64_t vector_end = begin;
     if (aligned16(row + begin)) {
-        const int64_t n_packs = (end - begin) / HALVES_PER_PACK;
+        const int64_t n_packs = (end - begin) / pack::width;
         const uint4 *packs = reinterpret_cast<const uint4 *>(row + begin);
         uint4 a[UNROLL];
 #pragma unroll
@@ -63,7 +63,7 @@ __device__ float chunk_sum(const __half *__restrict__ row, int64_t begin, int64_
         for (int u = 0; u < UNROLL; u++)
             if ((int64_t)u * THREADS < n_packs) /* the same for the whole block */
                 add_pack(a[u], d);
-        vector_end = begin + n_packs * HALVES_PER_PACK;
+        vector_end = begin + n_packs * pack::width;
     }
     for (int64_t i = vector_end + threadIdx.x; i < end; i += THREADS)
         rest += __half2float(row[i]);
