@@ -66,6 +66,9 @@ extern "C" void matmul_vendor(const void *a, const void *b, void *c, struct matm
  * and out, fp32 compute, as the vendor rung. Where none of those kernels takes the shape (an
  * odd N or K: they need 4-byte aligned rows), the rung says so and is not run. */
 #define LT_MAX_CANDIDATES 4096
+#define LT_MAX_ALGOS 256   /* algorithm ids asked of cuBLASLt */
+#define LT_MAX_CAP_IDS 128 /* tile shapes, or pipeline depths, of one algorithm */
+#define LT_MAX_CUSTOM 16   /* custom options timed for each tile shape and depth: the first 16 */
 #define LT_WORKSPACE (32u << 20)
 #define LT_SHAPES 32
 
@@ -223,9 +226,10 @@ static void add_candidate(struct lt_shape *sh, cublasLtMatmulAlgo_t algo, struct
  * own (what each means, cuBLASLt does not say), so all are timed. */
 static void find_candidates(struct lt_shape *sh)
 {
-    int ids[256], n_ids = 0;
+    int ids[LT_MAX_ALGOS], n_ids = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetIds(lt_handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16F,
-                                          CUDA_R_16F, CUDA_R_16F, CUDA_R_16F, 256, ids, &n_ids));
+                                          CUDA_R_16F, CUDA_R_16F, CUDA_R_16F, LT_MAX_ALGOS, ids,
+                                          &n_ids));
     sh->candidates = (cublasLtMatmulAlgo_t *)malloc(LT_MAX_CANDIDATES * sizeof *sh->candidates);
     if (!sh->candidates) {
         fprintf(stderr, "out of host memory for cuBLASLt's configurations\n");
@@ -236,9 +240,10 @@ static void find_candidates(struct lt_shape *sh)
         if (cublasLtMatmulAlgoInit(lt_handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16F,
                                    CUDA_R_16F, CUDA_R_16F, CUDA_R_16F, ids[i], &algo))
             continue;
-        int tiles[128], stages[128];
-        const int n_tiles = algo_ids(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, 128);
-        const int n_stages = algo_ids(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, 128);
+        int tiles[LT_MAX_CAP_IDS], stages[LT_MAX_CAP_IDS];
+        const int n_tiles = algo_ids(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, LT_MAX_CAP_IDS);
+        const int n_stages =
+            algo_ids(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, LT_MAX_CAP_IDS);
         uint32_t swizzles = 0;
         int32_t custom_max = 0;
         size_t bytes = 0;
@@ -249,7 +254,7 @@ static void find_candidates(struct lt_shape *sh)
         for (int t = 0; t < n_tiles; t++)
             for (int st = 0; st < n_stages; st++)
                 for (uint32_t sw = 0; sw <= (swizzles == 1); sw++)
-                    for (int32_t cu = 0; cu <= custom_max && cu < 16; cu++)
+                    for (int32_t cu = 0; cu <= custom_max && cu < LT_MAX_CUSTOM; cu++)
                         add_candidate(sh, algo,
                                       (struct lt_config){tiles[t], stages[st], sw, (uint32_t)cu});
     }
