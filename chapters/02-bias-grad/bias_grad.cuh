@@ -38,8 +38,27 @@ __global__ void bias_grad_store(const float *__restrict__ ws, T *__restrict__ db
         db[i] = from_float<T>(ws[i]);
 }
 
-/* The second pass of the rungs that split rows into chunks (v4, v6): one warp per channel adds
- * the channel's per_channel partial sums, in a fixed order, and stores db[c]. */
+/* The rungs that split every row into chunks (v4, v6) differ only in how a block sums its
+ * chunk: Chunk supplies `threads` (the block), `elements` (a chunk's length) and
+ * `sum(row, begin, end)` (this thread's share of row[begin, end), in fp32). */
+
+/* First pass: block b sums chunk b % chunks of row b / chunks into
+ * partials[c][n * chunks + chunk]. */
+template <typename Chunk, typename T>
+__global__ void __launch_bounds__(Chunk::threads)
+    bias_grad_chunk_sums(const T *__restrict__ dy, float *__restrict__ partials,
+                         struct bias_grad_size z, int64_t chunks)
+{
+    const int64_t row = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
+    const int64_t n = row / z.c, c = row % z.c;
+    const int64_t begin = chunk * Chunk::elements, end = min(z.hw, begin + Chunk::elements);
+    const float sum = block_sum(Chunk::sum(dy + row * z.hw, begin, end));
+    if (threadIdx.x == 0)
+        partials[c * z.n * chunks + n * chunks + chunk] = sum;
+}
+
+/* Second pass: one warp per channel adds the channel's per_channel partial sums, in a fixed
+ * order, and stores db[c]. */
 template <typename T>
 __global__ void bias_grad_add_partials(const float *__restrict__ partials, T *__restrict__ db,
                                        int64_t c_count, int64_t per_channel)
@@ -55,13 +74,21 @@ __global__ void bias_grad_add_partials(const float *__restrict__ partials, T *__
         db[c] = from_float<T>(sum);
 }
 
-template <typename T>
-static void bias_grad_launch_add_partials(const float *partials, T *db, int64_t c_count,
-                                          int64_t per_channel, cudaStream_t s)
+/* Both passes, the partials in the rung's own workspace (*ws, *ws_bytes), grown as needed. */
+template <typename Chunk, typename T>
+static void bias_grad_launch_chunked(const T *dy, T *db, struct bias_grad_size z, float **ws,
+                                     size_t *ws_bytes, cudaStream_t s)
 {
+    const int64_t chunks = (z.hw + Chunk::elements - 1) / Chunk::elements;
+    const int64_t per_channel = z.n * chunks;
+    float *partials = (float *)kl_grow_buffer((void **)ws, ws_bytes,
+                                              (size_t)(z.c * per_channel) * sizeof(float), s);
+    bias_grad_chunk_sums<Chunk><<<(unsigned)(z.n * z.c * chunks), Chunk::threads, 0, s>>>(
+        dy, partials, z, chunks);
+    LAUNCH_CHECK();
     const int warps = 8;
-    bias_grad_add_partials<<<(unsigned)((c_count + warps - 1) / warps), warps * 32, 0, s>>>(
-        partials, db, c_count, per_channel);
+    bias_grad_add_partials<<<(unsigned)((z.c + warps - 1) / warps), warps * 32, 0, s>>>(
+        partials, db, z.c, per_channel);
     LAUNCH_CHECK();
 }
 

@@ -19,53 +19,39 @@
 #define THREADS 256
 #define UNROLL 4
 
-template <typename T> __host__ __device__ constexpr int64_t chunk_elements()
-{
-    return (int64_t)THREADS * UNROLL * pack16<T>::width;
-}
+/* A block's chunk: THREADS threads x UNROLL packs of 16 bytes, summed in fp32 registers. */
+template <typename T> struct v4_chunk {
+    static constexpr int threads = THREADS;
+    static constexpr int64_t elements = (int64_t)THREADS * UNROLL * pack16<T>::width;
 
-/* Sum of row[begin, end) by this block's threads, in fp32. */
-template <typename T>
-__device__ float chunk_sum(const T *__restrict__ row, int64_t begin, int64_t end)
-{
-    using pack = pack16<T>;
-    float sum = 0.f;
-    int64_t vector_end = begin;
-    if (aligned16(row + begin)) {
-        int64_t n_packs = (end - begin) / pack::width;
-        const uint4 *packs = reinterpret_cast<const uint4 *>(row + begin);
+    /* This thread's share of the sum of row[begin, end): 16-byte loads where the chunk is
+     * aligned (the same for the whole block), scalar loads for the rest. */
+    static __device__ float sum(const T *__restrict__ row, int64_t begin, int64_t end)
+    {
+        using pack = pack16<T>;
+        float sum = 0.f;
+        int64_t vector_end = begin;
+        if (aligned16(row + begin)) {
+            int64_t n_packs = (end - begin) / pack::width;
+            const uint4 *packs = reinterpret_cast<const uint4 *>(row + begin);
 #pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            int64_t i = (int64_t)u * THREADS + threadIdx.x;
-            if (i < n_packs) {
-                pack v;
-                v.raw = packs[i];
+            for (int u = 0; u < UNROLL; u++) {
+                int64_t i = (int64_t)u * THREADS + threadIdx.x;
+                if (i < n_packs) {
+                    pack v;
+                    v.raw = packs[i];
 #pragma unroll
-                for (int j = 0; j < pack::width; j++)
-                    sum += to_float(v.e[j]);
+                    for (int j = 0; j < pack::width; j++)
+                        sum += to_float(v.e[j]);
+                }
             }
+            vector_end = begin + n_packs * pack::width;
         }
-        vector_end = begin + n_packs * pack::width;
+        for (int64_t i = vector_end + threadIdx.x; i < end; i += THREADS)
+            sum += to_float(row[i]);
+        return sum;
     }
-    for (int64_t i = vector_end + threadIdx.x; i < end; i += THREADS)
-        sum += to_float(row[i]);
-    return sum;
-}
-
-/* Block b sums chunk b % chunks of row b / chunks into partials[c][n * chunks + chunk]. */
-template <typename T>
-__global__ void __launch_bounds__(THREADS)
-    bias_grad_chunk_sums(const T *__restrict__ dy, float *__restrict__ partials,
-                         struct bias_grad_size z, int64_t chunks)
-{
-    int64_t row = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
-    int64_t n = row / z.c, c = row % z.c;
-    int64_t begin = chunk * chunk_elements<T>();
-    int64_t end = min(z.hw, begin + chunk_elements<T>());
-    float sum = block_sum(chunk_sum(dy + row * z.hw, begin, end));
-    if (threadIdx.x == 0)
-        partials[c * z.n * chunks + n * chunks + chunk] = sum;
-}
+};
 
 static float *workspace;
 static size_t workspace_bytes;
@@ -73,14 +59,7 @@ static size_t workspace_bytes;
 template <typename T> static void launch(const T *dy, T *db, struct bias_grad_size z,
                                          cudaStream_t s)
 {
-    int64_t chunks = (z.hw + chunk_elements<T>() - 1) / chunk_elements<T>();
-    int64_t per_channel = z.n * chunks;
-    float *partials = (float *)kl_grow_buffer((void **)&workspace, &workspace_bytes,
-                                              (size_t)(z.c * per_channel) * sizeof(float), s);
-    bias_grad_chunk_sums<<<(unsigned)(z.n * z.c * chunks), THREADS, 0, s>>>(dy, partials, z,
-                                                                            chunks);
-    LAUNCH_CHECK();
-    bias_grad_launch_add_partials(partials, db, z.c, per_channel, s);
+    bias_grad_launch_chunked<v4_chunk<T>>(dy, db, z, &workspace, &workspace_bytes, s);
 }
 
 extern "C" void bias_grad_v4(const void *dy, void *db, struct bias_grad_size z, enum dtype t,

@@ -44,49 +44,43 @@ __device__ __forceinline__ void add_pack(uint4 a, float (&d)[4])
 #endif
 }
 
-/* This thread's share of the sum of row[begin, end): on the tensor cores for whole packs when
- * the chunk is 16-byte aligned (the same for the whole block), scalar adds for the rest. */
-__device__ float chunk_sum(const __half *__restrict__ row, int64_t begin, int64_t end)
-{
-    float d[4] = {0.f, 0.f, 0.f, 0.f}, rest = 0.f;
-    int64_t vector_end = begin;
-    if (aligned16(row + begin)) {
-        const int64_t n_packs = (end - begin) / pack::width;
-        const uint4 *packs = reinterpret_cast<const uint4 *>(row + begin);
-        uint4 a[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            const int64_t i = (int64_t)u * THREADS + threadIdx.x;
-            a[u] = i < n_packs ? packs[i] : make_uint4(0, 0, 0, 0); /* zeros add nothing */
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++)
-            if ((int64_t)u * THREADS < n_packs) /* the same for the whole block */
-                add_pack(a[u], d);
-        vector_end = begin + n_packs * pack::width;
-    }
-    for (int64_t i = vector_end + threadIdx.x; i < end; i += THREADS)
-        rest += __half2float(row[i]);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    /* D's column 0: rows lane / 4 and lane / 4 + 8 in d[0] and d[2] of lanes 0, 4, ..., 28. */
-    return (threadIdx.x % 4 == 0 ? d[0] + d[2] : 0.f) + rest;
-#else
-    return d[0] + rest;
-#endif
-}
+/* A block's chunk, as v4's, summed on the tensor cores. */
+struct v6_chunk {
+    static constexpr int threads = THREADS;
+    static constexpr int64_t elements = CHUNK;
 
-/* Block b sums chunk b % chunks of row b / chunks into partials[c][n * chunks + chunk]. */
-__global__ void __launch_bounds__(THREADS)
-    bias_grad_chunk_sums_mma(const __half *__restrict__ dy, float *__restrict__ partials,
-                             struct bias_grad_size z, int64_t chunks)
-{
-    const int64_t row = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
-    const int64_t n = row / z.c, c = row % z.c;
-    const int64_t begin = chunk * CHUNK, end = min(z.hw, begin + CHUNK);
-    const float sum = block_sum(chunk_sum(dy + row * z.hw, begin, end));
-    if (threadIdx.x == 0)
-        partials[c * z.n * chunks + n * chunks + chunk] = sum;
-}
+    /* This thread's share of the sum of row[begin, end): on the tensor cores for whole packs
+     * when the chunk is 16-byte aligned (the same for the whole block), scalar adds for the
+     * rest. */
+    static __device__ float sum(const __half *__restrict__ row, int64_t begin, int64_t end)
+    {
+        float d[4] = {0.f, 0.f, 0.f, 0.f}, rest = 0.f;
+        int64_t vector_end = begin;
+        if (aligned16(row + begin)) {
+            const int64_t n_packs = (end - begin) / pack::width;
+            const uint4 *packs = reinterpret_cast<const uint4 *>(row + begin);
+            uint4 a[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                const int64_t i = (int64_t)u * THREADS + threadIdx.x;
+                a[u] = i < n_packs ? packs[i] : make_uint4(0, 0, 0, 0); /* zeros add nothing */
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++)
+                if ((int64_t)u * THREADS < n_packs) /* the same for the whole block */
+                    add_pack(a[u], d);
+            vector_end = begin + n_packs * pack::width;
+        }
+        for (int64_t i = vector_end + threadIdx.x; i < end; i += THREADS)
+            rest += __half2float(row[i]);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        /* D's column 0: rows lane / 4 and lane / 4 + 8 in d[0] and d[2] of lanes 0, 4, ..., 28. */
+        return (threadIdx.x % 4 == 0 ? d[0] + d[2] : 0.f) + rest;
+#else
+        return d[0] + rest;
+#endif
+    }
+};
 
 static float *workspace;
 static size_t workspace_bytes;
@@ -98,11 +92,6 @@ extern "C" void bias_grad_v6(const void *dy, void *db, struct bias_grad_size z, 
         bias_grad_v4(dy, db, z, t, s);
         return;
     }
-    const int64_t chunks = (z.hw + CHUNK - 1) / CHUNK, per_channel = z.n * chunks;
-    float *partials = (float *)kl_grow_buffer((void **)&workspace, &workspace_bytes,
-                                              (size_t)(z.c * per_channel) * sizeof(float), s);
-    bias_grad_chunk_sums_mma<<<(unsigned)(z.n * z.c * chunks), THREADS, 0, s>>>(
-        (const __half *)dy, partials, z, chunks);
-    LAUNCH_CHECK();
-    bias_grad_launch_add_partials(partials, (__half *)db, z.c, per_channel, s);
+    bias_grad_launch_chunked<v6_chunk>((const __half *)dy, (__half *)db, z, &workspace,
+                                       &workspace_bytes, s);
 }
