@@ -47,12 +47,12 @@ KEY = "set key outside right top Left reverse noenhanced box samplen 2"
 eval KEY
 
 # One colour per rung, by its place in the variant list.
-array colours[8] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-colour(v) = colours[(index_of(v, 1) - 1) % 8 + 1]
+array colours[9] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
+colour(v) = colours[(index_of(v, 1) - 1) % 9 + 1]
 
-# The rows of one panel and rung as "C GB/s", sorted by C so the line runs left to right;
-# contiguous = 1 keeps H*W = 1, 0 keeps H*W > 1.
-rows(p, d, v, contiguous) = "< " . awk(sprintf('$c["pass"] == "%s" && $c["dtype"] == "%s" && $c["variant"] == "%s" && $c["gbps"] != "" && big($c["shape"]) && (hw($c["shape"]) == 1) == %d { y[ch($c["shape"])] = $c["gbps"] } END { for (x in y) print x, y[x] }', p, d, v, contiguous)) . " | sort -g"
+# The rows of one panel and rung as "C GB/s", one per shape (strided shapes may share a C),
+# sorted by C so the line runs left to right; contiguous = 1 keeps H*W = 1, 0 keeps H*W > 1.
+rows(p, d, v, contiguous) = "< " . awk(sprintf('$c["pass"] == "%s" && $c["dtype"] == "%s" && $c["variant"] == "%s" && $c["gbps"] != "" && big($c["shape"]) && (hw($c["shape"]) == 1) == %d { y[$c["shape"]] = $c["gbps"] } END { for (s in y) print ch(s), y[s] }', p, d, v, contiguous)) . " | sort -g"
 # The roof of a panel: GB/s / (% of roof) from the row with the largest percentage, the one
 # whose rounding matters least (every row of one run has the same roof).
 roof(p, d) = real(system(awk(sprintf('$c["pass"] == "%s" && $c["dtype"] == "%s" && $c["variant"] != "cpu" && $c["pct_roof"] > best { best = $c["pct_roof"]; r = $c["gbps"] * 100 / best } END { print r + 0 }', p, d))))

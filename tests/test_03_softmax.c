@@ -154,15 +154,18 @@ struct rung_pass {
 /* The issue's odd shapes (N = 1, 3; C = 1, 7, 1000, 4099; H W = 1, 49), then the edges between
  * the rungs' mappings: one thread per row up to 16 (backward) or 32 (forward) channels, a warp
  * per row, a block per row, rows staged in shared memory (past 16384 values), streamed rows
- * (past the stage), strided rows past 1024 channels, N H W not a multiple of any block, and
- * rows pipelined through a resident block, several per block (v7). */
+ * (past the stage), strided rows past 1024 channels, N H W not a multiple of any block,
+ * rows pipelined through a resident block, several per block (v7), and images held on chip
+ * (v8): 1, 2 or 4 positions a thread, clusters of 1 to 8 blocks with a shorter last slab, and
+ * more images than fit the GPU at once. */
 static const char *const shapes[] = {
     "1x1x1x1",     "3x1x1x1",      "1x1x7x7",     "3x1x7x7",     "1x7x1x1",      "3x7x1x1",
     "1x7x7x7",     "3x7x7x7",      "1x1000x1x1",  "3x1000x1x1",  "1x1000x7x7",   "3x1000x7x7",
     "1x4099x1x1",  "3x4099x1x1",   "1x4099x7x7",  "3x4099x7x7",  "1000x10x1x1",  "7x16x1x1",
     "7x17x1x1",    "5x32x1x1",     "5x33x1x1",    "3x20x5x5",    "2x40x1x2",     "5x1024x1x1",
     "2x513x3x5",   "2x1024x2x3",   "2x1025x2x3",  "2x16411x1x1", "2x32768x1x1",  "1x40000x1x1",
-    "1x100003x1x1", "1x200003x1x1", "3x12288x1x1", "1000x2048x1x1",
+    "1x100003x1x1", "1x200003x1x1", "3x12288x1x1", "1000x2048x1x1", "2x1000x14x14", "2x3001x4x4",
+    "1x6007x8x8",  "3x40x1x2",     "2x1000x5x5",  "2x1000x2x7",  "600x40x2x2",
 };
 
 static void free_params(struct criterion_test_params *crp)

@@ -34,6 +34,7 @@ ADAPT(v4)
 ADAPT(v5)
 ADAPT(v6)
 ADAPT(v7)
+ADAPT(v8)
 ADAPT(vendor)
 
 static void fwd_exercise(const struct launch_args *a, cudaStream_t s)
@@ -64,6 +65,9 @@ static const struct rung rungs[] = {
             NULL),
     RUNG("v7_pipelined", v7, "forward: a resident block loads the next row while it reduces this",
          NULL),
+    RUNG_CC("v8_image_on_chip", v8,
+            "strided rows: a cluster holds an image, moved in contiguous slabs by bulk copies", 90,
+            NULL),
     RUNG("vendor", vendor, "cuDNN cudnnSoftmaxForward/Backward, accurate, channel mode",
          vendor_unsupported),
 };
@@ -86,7 +90,7 @@ static const struct preset presets[] = {
     {"seed-1x1", "8x10x1x1", "the reference report's: 8 rows of 10"},
     {"large", "4096x32768x1x1", "4096 contiguous rows of 32768, 512 MiB in fp32"},
     {"large-spatial", "64x1000x14x14", "1000 channels at 64x14x14 positions, 196 apart"},
-    {"sanitize", "3x37x5x7", "small and odd, for make sanitize"},
+    {"sanitize", "3x40x5x7", "small, odd H W, for make sanitize (C H W a multiple of 8: v8 runs)"},
 };
 
 static int check_shape(const struct shape *s, char *why, size_t why_len)
