@@ -51,20 +51,21 @@ __device__ __forceinline__ void kl_mbarrier_expect_bytes(uint64_t *bar, unsigned
 #endif
 }
 
-/* Waits until bar's first phase has completed: every byte it expected has landed. */
-__device__ __forceinline__ void kl_mbarrier_wait_first_phase(uint64_t *bar)
+/* Waits until the phase of bar with this parity (0 for its first, 1 for its second, 0 again
+ * for its third...) has completed: every byte it expected has landed. */
+__device__ __forceinline__ void kl_mbarrier_wait_parity(uint64_t *bar, unsigned parity)
 {
 #ifdef KL_BULK_COPY
     unsigned done = 0;
     while (!done)
         asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
                      "selp.u32 %0, 1, 0, p;\n\t}"
                      : "=r"(done)
-                     : "r"(kl_shared_address(bar))
+                     : "r"(kl_shared_address(bar)), "r"(parity)
                      : "memory");
 #else
-    (void)bar;
+    (void)bar, (void)parity;
 #endif
 }
 
@@ -110,6 +111,14 @@ __device__ __forceinline__ void kl_bulk_stores_wait_read()
 {
 #ifdef KL_BULK_COPY
     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
+}
+
+/* The same for all of this thread's stores but the newest group. */
+__device__ __forceinline__ void kl_bulk_stores_wait_read_but_newest()
+{
+#ifdef KL_BULK_COPY
+    asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
 #endif
 }
 

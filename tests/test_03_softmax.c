@@ -156,8 +156,9 @@ struct rung_pass {
  * per row, a block per row, rows staged in shared memory (past 16384 values), streamed rows
  * (past the stage), strided rows past 1024 channels, N H W not a multiple of any block,
  * rows pipelined through a resident block, several per block (v7), and images held on chip
- * (v8): 1, 2 or 4 positions a thread, clusters of 1 to 8 blocks with a shorter last slab, and
- * more images than fit the GPU at once. */
+ * (v8, v9): 1, 2 or 4 positions a thread, clusters of 1 to 8 blocks with a shorter last slab,
+ * more images than fit the GPU at once, and teams of 2 to 5 blocks taking 2 or 3 images each
+ * in turn (70x600x14x14). */
 static const char *const shapes[] = {
     "1x1x1x1",     "3x1x1x1",      "1x1x7x7",     "3x1x7x7",     "1x7x1x1",      "3x7x1x1",
     "1x7x7x7",     "3x7x7x7",      "1x1000x1x1",  "3x1000x1x1",  "1x1000x7x7",   "3x1000x7x7",
@@ -165,7 +166,7 @@ static const char *const shapes[] = {
     "7x17x1x1",    "5x32x1x1",     "5x33x1x1",    "3x20x5x5",    "2x40x1x2",     "5x1024x1x1",
     "2x513x3x5",   "2x1024x2x3",   "2x1025x2x3",  "2x16411x1x1", "2x32768x1x1",  "1x40000x1x1",
     "1x100003x1x1", "1x200003x1x1", "3x12288x1x1", "1000x2048x1x1", "2x1000x14x14", "2x3001x4x4",
-    "1x6007x8x8",  "3x40x1x2",     "2x1000x5x5",  "2x1000x2x7",  "600x40x2x2",
+    "1x6007x8x8",  "3x40x1x2",     "2x1000x5x5",  "2x1000x2x7",  "600x40x2x2",  "70x600x14x14",
 };
 
 static void free_params(struct criterion_test_params *crp)

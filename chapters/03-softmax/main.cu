@@ -35,6 +35,7 @@ ADAPT(v5)
 ADAPT(v6)
 ADAPT(v7)
 ADAPT(v8)
+ADAPT(v9)
 ADAPT(vendor)
 
 static void fwd_exercise(const struct launch_args *a, cudaStream_t s)
@@ -68,6 +69,9 @@ static const struct rung rungs[] = {
     RUNG_CC("v8_image_on_chip", v8,
             "strided rows: a cluster holds an image, moved in contiguous slabs by bulk copies", 90,
             NULL),
+    RUNG_CC("v9_image_stream", v9,
+            "v8's slabs in a resident grid: teams meet in global memory, next image loads early",
+            90, NULL),
     RUNG("vendor", vendor, "cuDNN cudnnSoftmaxForward/Backward, accurate, channel mode",
          vendor_unsupported),
 };

@@ -1,0 +1,357 @@
+/* v9, images streamed through a resident grid: v8's slabs, every SM in a team, and the next
+ * image loading while this one is written.
+ *
+ * Idea: v8 lost where the images outnumber what the GPU holds at once, for two reasons its
+ * timeline showed. A cluster must sit within one GPC, so 4-block clusters of 196 KB leave 12
+ * of the H200's 132 SMs idle (30 clusters, not 33): at 64x1000x14x14 in fp32 the 64 images
+ * take three waves, the last one nearly alone. And a block reads its slab, merges, writes,
+ * and only then does the next wave start reading. Here the B blocks of a team are plain
+ * blocks of one cooperative launch (all resident at once, on any SMs), so 132 / B teams fit;
+ * they meet through global memory instead of distributed shared memory: each block publishes
+ * its per-position summaries, counts itself in with one atomic add, and waits until all B
+ * have. And the grid stays resident: team t takes images t, t + teams, ..., and as soon as
+ * piece j of this image has been sent back, the block asks for piece j of its next image into
+ * the same shared memory, so the next image's reads overlap this one's writes.
+ * What changed from v8: teams of blocks in a cooperative launch instead of clusters; the
+ * exchange through global memory (two rounds of summaries deep, one arrival counter a team,
+ * zeroed by the last block to finish; a team of one block skips it); a loop over images with
+ * each piece refilled once sent.
+ * Expected: at 64x1000x14x14 in fp32, two rounds of 33 images instead of three waves, each
+ * image's reads behind the previous one's writes: 70-80% of the roof against v8's 52% and
+ * v3's 57%; the fp16 backward likewise. The fp16 forward fits in one round, as in v8, and
+ * pays for the slower exchange.
+ * Limits: v8's shapes (strided rows 2 to 255 positions apart, more than 32 channels, C H W a
+ * multiple of 16 bytes), images cut into at most 16 slabs, at most 1024 blocks resident; one
+ * launch at a time per GPU (the teams' counters are the module's own). The rest runs as in v8.
+ * Needs sm_90 (bulk copies) and cooperative launch. */
+#include "image_slabs.cuh"
+#include "launch.cuh"
+#include "softmax.h"
+
+#define MAX_TEAM 16  /* blocks an image at most */
+#define MAX_GRID 1024 /* resident blocks at most: the room in team_results */
+
+/* The teams' meeting place. Each block's per-position results of a round, two rounds deep: a
+ * block writes round k + 2's where round k's were, and it gets there only after every block
+ * of its team has counted itself in at round k + 1, that is after each has read round k's.
+ * Per team, the number of its blocks that have published, over all rounds of a launch; the
+ * last block to finish zeroes them for the next launch. */
+static __device__ softmax_stats team_results[2][MAX_GRID * MAX_POSITIONS];
+static __device__ unsigned team_arrivals[MAX_GRID];
+static __device__ unsigned blocks_finished;
+
+template <typename V> __device__ __forceinline__ V *team_slot(int round, int block)
+{
+    return reinterpret_cast<V *>(team_results[round & 1] + (size_t)block * MAX_POSITIONS);
+}
+
+/* Reads what another SM wrote: from the L2, never an older copy in this SM's L1. */
+__device__ __forceinline__ softmax_stats load_fresh(const softmax_stats *p)
+{
+    const float2 v = __ldcg(reinterpret_cast<const float2 *>(p));
+    return {v.x, v.y};
+}
+__device__ __forceinline__ float load_fresh(const float *p)
+{
+    return __ldcg(p);
+}
+
+/* Round `round` of team `team`: the block publishes published[0 .. S) to global memory,
+ * counts itself in, waits for the other B - 1, and merges the B results in rank order into
+ * combined, so every block of the team gets the same bits. */
+template <typename V, typename Op>
+__device__ __forceinline__ void exchange_through_global(const image_args &a, int team, int round,
+                                                        const V *published, Op op, V *combined)
+{
+    if (a.cluster == 1) { /* a team of one has nobody to wait for */
+        __syncthreads();
+        for (int p = threadIdx.x; p < a.S; p += blockDim.x)
+            combined[p] = published[p];
+        __syncthreads();
+        return;
+    }
+    V *mine = team_slot<V>(round, (int)blockIdx.x);
+    for (int p = threadIdx.x; p < a.S; p += blockDim.x)
+        mine[p] = published[p];
+    __threadfence(); /* these writes before the count below, for every SM */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        atomicAdd(&team_arrivals[team], 1u);
+        const unsigned everyone = (unsigned)(a.cluster * (round + 1));
+        while (*(volatile unsigned *)&team_arrivals[team] < everyone)
+            __nanosleep(100);
+        __threadfence(); /* the count before the reads below */
+    }
+    __syncthreads();
+    const int first = team * a.cluster;
+    for (int p = threadIdx.x; p < a.S; p += blockDim.x) {
+        V acc = load_fresh(team_slot<V>(round, first) + p);
+        for (int r = 1; r < a.cluster; r++)
+            acc = op(acc, load_fresh(team_slot<V>(round, first + r) + p));
+        combined[p] = acc;
+    }
+    __syncthreads();
+}
+
+/* The last block to finish zeroes the teams' counters for the next launch. */
+__device__ __forceinline__ void finish_stream(int teams)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        kl_bulk_stores_wait_read();
+        __threadfence();
+        if (atomicAdd(&blocks_finished, 1u) == gridDim.x - 1) {
+            for (int t = 0; t < teams; t++)
+                team_arrivals[t] = 0;
+            blocks_finished = 0;
+            __threadfence();
+        }
+    }
+}
+
+/* Writes this image's outputs piece by piece (write(j) puts piece j's in place in `out`) and
+ * sends each back. When the team has a next image, piece j - 1 of it comes in as soon as the
+ * copy engine has read piece j - 1's store (all of thread 0's stores but the newest), and the
+ * last piece once every store has been read: the next image's reads overlap these writes. */
+template <typename T, int A, typename Write>
+__device__ __forceinline__ void send_and_refill(const image_args &a, const slab &b, const T *out,
+                                                T *to, bool more, const slab &next,
+                                                T *const (&held)[A], const T *const (&from)[A],
+                                                uint64_t *landed, Write write)
+{
+    for (int j = 0; j < b.pieces; j++) {
+        write(j);
+        store_piece(a, b, j, out, to);
+        if (more && threadIdx.x == 0 && j > 0) {
+            kl_bulk_stores_wait_read_but_newest();
+            load_piece(a, next, j - 1, held, from, landed);
+        }
+    }
+    if (more && threadIdx.x == 0) {
+        kl_bulk_stores_wait_read();
+        load_piece(a, next, next.pieces - 1, held, from, landed);
+    }
+}
+
+/* ---- forward ---- */
+
+template <typename T, int V>
+__global__ void __launch_bounds__(1024, 1)
+    softmax_forward_stream(const T *__restrict__ x, T *__restrict__ y, image_args a, int images,
+                           int teams)
+{
+    extern __shared__ __align__(128) unsigned char shared[];
+    const int team = (int)blockIdx.x / a.cluster, rank = (int)blockIdx.x % a.cluster;
+    T *held = reinterpret_cast<T *>(shared);
+    const image_shared<softmax_stats> sh = shared_parts<T, softmax_stats>(shared, a, 1);
+    T *const held_arrays[1] = {held};
+    const T *const from[1] = {x};
+    slab b = slab_of<V>(a, team, rank);
+    if (team < images)
+        load_slabs(a, b, held_arrays, from, sh.landed);
+
+    for (int round = 0, image = team; image < images; round++, image += teams) {
+        b = slab_of<V>(a, image, rank);
+        softmax_stats mine[V];
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            mine[e] = {SOFTMAX_NO_VALUE, 0.f};
+        for (int j = 0; j < b.pieces; j++) {
+            kl_mbarrier_wait_parity(sh.landed + j, round & 1);
+            summarise_piece<T, V>(a, b, held, j, mine);
+        }
+        combine_groups(a, b, mine, sh.part, softmax_merge_op(), sh.published);
+        exchange_through_global(a, team, round, sh.published, softmax_merge_op(), sh.combined);
+
+        float max[V], scale[V];
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            const softmax_stats r = sh.combined[b.position + e];
+            max[e] = r.max;
+            scale[e] = 1.f / r.sum;
+        }
+        send_and_refill(a, b, held, y, image + teams < images, slab_of<V>(a, image + teams, rank),
+                        held_arrays, from, sh.landed,
+                        [&](int j) { write_piece<T, V>(a, b, held, j, max, scale); });
+    }
+    finish_stream(teams);
+}
+
+/* ---- backward ---- */
+
+template <typename T, int V>
+__global__ void __launch_bounds__(1024, 1)
+    softmax_backward_stream(const T *__restrict__ y, const T *__restrict__ dy,
+                            T *__restrict__ dx, image_args a, int images, int teams)
+{
+    extern __shared__ __align__(128) unsigned char shared[];
+    const int team = (int)blockIdx.x / a.cluster, rank = (int)blockIdx.x % a.cluster;
+    T *held_y = reinterpret_cast<T *>(shared);
+    T *held_dy = reinterpret_cast<T *>(shared + slab_bytes(a.channels, a.S, sizeof(T)));
+    const image_shared<float> sh = shared_parts<T, float>(shared, a, 2);
+    T *const held_arrays[2] = {held_y, held_dy};
+    const T *const from[2] = {y, dy};
+    slab b = slab_of<V>(a, team, rank);
+    if (team < images)
+        load_slabs(a, b, held_arrays, from, sh.landed);
+
+    for (int round = 0, image = team; image < images; round++, image += teams) {
+        b = slab_of<V>(a, image, rank);
+        float mine[V] = {};
+        for (int j = 0; j < b.pieces; j++) {
+            kl_mbarrier_wait_parity(sh.landed + j, round & 1);
+            dot_piece<T, V>(a, b, held_y, held_dy, j, mine);
+        }
+        combine_groups(a, b, mine, sh.part, softmax_sum_op(), sh.published);
+        exchange_through_global(a, team, round, sh.published, softmax_sum_op(), sh.combined);
+
+        float dot[V];
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            dot[e] = sh.combined[b.position + e];
+        send_and_refill(a, b, held_dy, dx, image + teams < images,
+                        slab_of<V>(a, image + teams, rank), held_arrays, from, sh.landed,
+                        [&](int j) { write_gradient_piece<T, V>(a, b, held_y, held_dy, j, dot); });
+    }
+    finish_stream(teams);
+}
+
+/* ---- the plan ---- */
+
+/* Cuts the images of d for one of `kernels` (by vector width), or returns false (then v8
+ * runs). Of the block sizes (one or two blocks an SM) whose cut fits, the one with the fewest
+ * rounds of teams over the N images, teams being as many as are resident at once; among
+ * those, the largest blocks. */
+static bool plan_stream(const void *const kernels[3], struct softmax_dims d, size_t size,
+                        int arrays, size_t room, struct image_plan *best, int *teams)
+{
+    if (!image_shape_fits(d, size) || !kl_device_attribute(cudaDevAttrCooperativeLaunch))
+        return false;
+    const int vector = image_vector(d);
+    const void *kernel = kernels[vector == 4 ? 2 : vector - 1];
+    best->waves = 0;
+    for (int per = 1; per <= 2; per++) {
+        const size_t budget = image_budget(per, room);
+        for (int threads = 1024 / per; threads >= 512 / per; threads -= 256 / per) {
+            struct image_plan pl;
+            if (!cut_image(d.c, d.h * d.w, size, arrays, vector, threads, budget, MAX_TEAM, &pl))
+                continue;
+            int64_t resident = (int64_t)kl_sm_count() * kl_blocks_per_sm(kernel, threads,
+                                                                           pl.shared);
+            resident = resident < MAX_GRID ? resident : MAX_GRID;
+            const int64_t fit = resident / pl.a.cluster, n = fit < d.n ? fit : d.n;
+            if (n <= 0)
+                continue;
+            pl.waves = (int)((d.n + n - 1) / n);
+            if (!best->waves || pl.waves < best->waves) {
+                *best = pl;
+                *teams = (int)n;
+            }
+        }
+    }
+    return best->waves > 0;
+}
+
+template <typename T> static const void *const *forward_kernels()
+{
+    static const void *const k[3] = {(const void *)softmax_forward_stream<T, 1>,
+                                     (const void *)softmax_forward_stream<T, 2>,
+                                     (const void *)softmax_forward_stream<T, 4>};
+    return k;
+}
+
+template <typename T> static const void *const *backward_kernels()
+{
+    static const void *const k[3] = {(const void *)softmax_backward_stream<T, 1>,
+                                     (const void *)softmax_backward_stream<T, 2>,
+                                     (const void *)softmax_backward_stream<T, 4>};
+    return k;
+}
+
+template <typename T> static size_t room_for(const void *const *kernels)
+{
+    static size_t room[2];
+    return grant_room(kernels, &room[kernels == backward_kernels<T>()]);
+}
+
+/* A cooperative launch: every block resident at once, or an error. */
+template <typename... Params, typename... Args>
+static void launch_resident(void (*kernel)(Params...), const struct image_plan *pl, int teams,
+                            cudaStream_t s, Args... args)
+{
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeCooperative;
+    attr.val.cooperative = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(teams * pl->a.cluster));
+    cfg.blockDim = dim3((unsigned)pl->threads);
+    cfg.dynamicSmemBytes = pl->shared;
+    cfg.stream = s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+    LAUNCH_CHECK();
+}
+
+template <typename T> static bool forward(const T *x, T *y, struct softmax_dims d, cudaStream_t s)
+{
+    struct image_plan pl;
+    int teams;
+    if (kl_device_cc() < 90 || !aligned16(x) || !aligned16(y) ||
+        !plan_stream(forward_kernels<T>(), d, sizeof(T), 1, room_for<T>(forward_kernels<T>()),
+                     &pl, &teams))
+        return false;
+    const int n = (int)d.n;
+    switch (pl.vector) {
+    case 1:
+        launch_resident(softmax_forward_stream<T, 1>, &pl, teams, s, x, y, pl.a, n, teams);
+        break;
+    case 2:
+        launch_resident(softmax_forward_stream<T, 2>, &pl, teams, s, x, y, pl.a, n, teams);
+        break;
+    default: launch_resident(softmax_forward_stream<T, 4>, &pl, teams, s, x, y, pl.a, n, teams);
+    }
+    return true;
+}
+
+template <typename T>
+static bool backward(const T *y, const T *dy, T *dx, struct softmax_dims d, cudaStream_t s)
+{
+    struct image_plan pl;
+    int teams;
+    if (kl_device_cc() < 90 || !aligned16(y) || !aligned16(dy) || !aligned16(dx) ||
+        !plan_stream(backward_kernels<T>(), d, sizeof(T), 2, room_for<T>(backward_kernels<T>()),
+                     &pl, &teams))
+        return false;
+    const int n = (int)d.n;
+    switch (pl.vector) {
+    case 1:
+        launch_resident(softmax_backward_stream<T, 1>, &pl, teams, s, y, dy, dx, pl.a, n, teams);
+        break;
+    case 2:
+        launch_resident(softmax_backward_stream<T, 2>, &pl, teams, s, y, dy, dx, pl.a, n, teams);
+        break;
+    default:
+        launch_resident(softmax_backward_stream<T, 4>, &pl, teams, s, y, dy, dx, pl.a, n, teams);
+    }
+    return true;
+}
+
+extern "C" void softmax_forward_v9(const void *x, void *y, struct softmax_dims d, enum dtype t,
+                                   cudaStream_t s)
+{
+    const bool done = t == DT_FP32 ? forward((const float *)x, (float *)y, d, s)
+                                   : forward((const __half *)x, (__half *)y, d, s);
+    if (!done)
+        softmax_forward_v8(x, y, d, t, s);
+}
+
+extern "C" void softmax_backward_v9(const void *y, const void *dy, void *dx,
+                                    struct softmax_dims d, enum dtype t, cudaStream_t s)
+{
+    const bool done = t == DT_FP32
+                          ? backward((const float *)y, (const float *)dy, (float *)dx, d, s)
+                          : backward((const __half *)y, (const __half *)dy, (__half *)dx, d, s);
+    if (!done)
+        softmax_backward_v8(y, dy, dx, d, t, s);
+}
