@@ -47,8 +47,8 @@ KEY = "set key outside right top Left reverse noenhanced box samplen 2"
 eval KEY
 
 # One colour per rung, by its place in the variant list.
-array colours[9] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
-colour(v) = colours[(index_of(v, 1) - 1) % 9 + 1]
+array colours[10] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
+colour(v) = colours[(index_of(v, 1) - 1) % 10 + 1]
 
 # The rows of one panel and rung as "C GB/s", one per shape (strided shapes may share a C),
 # sorted by C so the line runs left to right; contiguous = 1 keeps H*W = 1, 0 keeps H*W > 1.
