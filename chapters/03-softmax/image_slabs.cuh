@@ -31,6 +31,7 @@ struct image_args {
 struct image_plan {
     struct image_args a;
     int vector, threads, waves;
+    int at_once; /* images the GPU works on at once with this cut, at most N */
     size_t shared;
 };
 
@@ -339,14 +340,24 @@ static inline int image_vector(struct softmax_dims d)
     return S % 4 == 0 ? 4 : S % 2 == 0 ? 2 : 1;
 }
 
-/* Shared memory the three kernels of a pass (one a vector width) may take: the opt-in maximum
- * less their static part, granted once into *room. */
-static inline size_t grant_room(const void *const *kernels, size_t *room)
+/* The three kernels of one pass of a rung, one a vector width (1, 2, 4), and the shared memory
+ * they may take besides their static part: the opt-in maximum, granted on first use. */
+struct image_pass {
+    const void *kernels[3];
+    size_t room;
+};
+
+static inline const void *image_kernel(const struct image_pass *p, int vector)
 {
-    if (!*room)
+    return p->kernels[vector == 4 ? 2 : vector - 1];
+}
+
+static inline size_t grant_room(struct image_pass *p)
+{
+    if (!p->room)
         for (int k = 0; k < 3; k++)
-            *room = kl_grant_shared_memory(kernels[k]);
-    return *room;
+            p->room = kl_grant_shared_memory(p->kernels[k]);
+    return p->room;
 }
 
 /* The shared memory one block may take when `per` blocks share an SM, at most `room`. */
@@ -355,6 +366,44 @@ static inline size_t image_budget(int per, size_t room)
     const size_t per_sm = (size_t)kl_device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor),
                  reserved = (size_t)kl_device_attribute(cudaDevAttrReservedSharedMemoryPerBlock);
     return per_sm / per - reserved < room ? per_sm / per - reserved : room;
+}
+
+/* How many images a rung can work on at once with cut `pl` of `kernel` (0: none): v8 counts
+ * resident clusters, v9 resident blocks a team. */
+typedef int64_t (*images_at_once_fn)(const void *kernel, const struct image_plan *pl,
+                                     struct softmax_dims d);
+
+/* Cuts the images of d for pass p's kernel of their vector width into teams of at most
+ * max_team blocks, or returns false. Of the block sizes (one or two blocks an SM) whose cut
+ * fits, the one with the fewest rounds of images at once over the N images; among those, the
+ * largest blocks. */
+static inline bool plan_images(struct image_pass *p, struct softmax_dims d, size_t size,
+                               int arrays, int max_team, images_at_once_fn images_at_once,
+                               struct image_plan *best)
+{
+    if (!image_shape_fits(d, size))
+        return false;
+    const int vector = image_vector(d);
+    const void *kernel = image_kernel(p, vector);
+    const size_t room = grant_room(p);
+    best->waves = 0;
+    for (int per = 1; per <= 2; per++) {
+        const size_t budget = image_budget(per, room);
+        for (int threads = 1024 / per; threads >= 512 / per; threads -= 256 / per) {
+            struct image_plan pl;
+            if (!cut_image(d.c, d.h * d.w, size, arrays, vector, threads, budget, max_team, &pl))
+                continue;
+            int64_t fit = images_at_once(kernel, &pl, d);
+            if (fit <= 0)
+                continue;
+            fit = fit < d.n ? fit : d.n;
+            pl.at_once = (int)fit;
+            pl.waves = (int)((d.n + fit - 1) / fit);
+            if (!best->waves || pl.waves < best->waves)
+                *best = pl;
+        }
+    }
+    return best->waves > 0;
 }
 
 #endif

@@ -159,9 +159,13 @@ __global__ void __launch_bounds__(1024, 1)
 
 /* ---- the plan ---- */
 
-/* Clusters of the plan's shape that fit the GPU at once, from the driver. */
-static int resident_clusters(const void *kernel, const struct image_plan *pl)
+/* Images at once: the clusters of the plan's shape that fit the GPU at once, from the driver
+ * (none if the grid, a cluster an image, would pass 2^31 - 1 blocks). */
+static int64_t resident_clusters(const void *kernel, const struct image_plan *pl,
+                                 struct softmax_dims d)
 {
+    if (d.n * pl->a.cluster > 0x7fffffff)
+        return 0;
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = (unsigned)pl->a.cluster;
@@ -177,63 +181,29 @@ static int resident_clusters(const void *kernel, const struct image_plan *pl)
     return fit;
 }
 
-/* Cuts the images of d for one of `kernels` (by vector width), or returns false (then v7 runs).
- * Of the block sizes (one or two blocks an SM) whose cut fits, the one with the fewest waves of
- * clusters over the N images; among those, the largest blocks. */
-static bool plan_image(const void *const kernels[3], struct softmax_dims d, size_t size,
-                       int arrays, size_t room, struct image_plan *best)
+template <typename T> static struct image_pass *forward_pass()
 {
-    if (!image_shape_fits(d, size))
-        return false;
-    const int vector = image_vector(d);
-    const void *kernel = kernels[vector == 4 ? 2 : vector - 1];
-    best->waves = 0;
-    for (int per = 1; per <= 2; per++) {
-        const size_t budget = image_budget(per, room);
-        for (int threads = 1024 / per; threads >= 512 / per; threads -= 256 / per) {
-            struct image_plan pl;
-            if (!cut_image(d.c, d.h * d.w, size, arrays, vector, threads, budget, MAX_CLUSTER,
-                           &pl) ||
-                d.n * pl.a.cluster > 0x7fffffff)
-                continue;
-            const int fit = resident_clusters(kernel, &pl);
-            if (fit <= 0)
-                continue;
-            pl.waves = (int)((d.n + fit - 1) / fit);
-            if (!best->waves || pl.waves < best->waves)
-                *best = pl;
-        }
-    }
-    return best->waves > 0;
+    static struct image_pass p = {{(const void *)softmax_forward_image<T, 1>,
+                                   (const void *)softmax_forward_image<T, 2>,
+                                   (const void *)softmax_forward_image<T, 4>},
+                                  0};
+    return &p;
 }
 
-template <typename T> static const void *const *forward_kernels()
+template <typename T> static struct image_pass *backward_pass()
 {
-    static const void *const k[3] = {(const void *)softmax_forward_image<T, 1>,
-                                     (const void *)softmax_forward_image<T, 2>,
-                                     (const void *)softmax_forward_image<T, 4>};
-    return k;
-}
-
-template <typename T> static const void *const *backward_kernels()
-{
-    static const void *const k[3] = {(const void *)softmax_backward_image<T, 1>,
-                                     (const void *)softmax_backward_image<T, 2>,
-                                     (const void *)softmax_backward_image<T, 4>};
-    return k;
-}
-
-template <typename T> static size_t room_for(const void *const *kernels)
-{
-    static size_t room[2];
-    return grant_room(kernels, &room[kernels == backward_kernels<T>()]);
+    static struct image_pass p = {{(const void *)softmax_backward_image<T, 1>,
+                                   (const void *)softmax_backward_image<T, 2>,
+                                   (const void *)softmax_backward_image<T, 4>},
+                                  0};
+    return &p;
 }
 
 template <typename T> static bool forward(const T *x, T *y, struct softmax_dims d, cudaStream_t s)
 {
     struct image_plan pl;
     if (kl_device_cc() < 90 || !aligned16(x) || !aligned16(y) ||
-        !plan_image(forward_kernels<T>(), d, sizeof(T), 1, room_for<T>(forward_kernels<T>()), &pl))
+        !plan_images(forward_pass<T>(), d, sizeof(T), 1, MAX_CLUSTER, resident_clusters, &pl))
         return false;
     const dim3 grid((unsigned)(pl.a.cluster * d.n)), block((unsigned)pl.threads);
     const struct kl_launch_opts o = {(unsigned)pl.a.cluster, false};
@@ -250,8 +220,7 @@ static bool backward(const T *y, const T *dy, T *dx, struct softmax_dims d, cuda
 {
     struct image_plan pl;
     if (kl_device_cc() < 90 || !aligned16(y) || !aligned16(dy) || !aligned16(dx) ||
-        !plan_image(backward_kernels<T>(), d, sizeof(T), 2, room_for<T>(backward_kernels<T>()),
-                    &pl))
+        !plan_images(backward_pass<T>(), d, sizeof(T), 2, MAX_CLUSTER, resident_clusters, &pl))
         return false;
     const dim3 grid((unsigned)(pl.a.cluster * d.n)), block((unsigned)pl.threads);
     const struct kl_launch_opts o = {(unsigned)pl.a.cluster, false};

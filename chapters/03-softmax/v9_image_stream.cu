@@ -147,8 +147,7 @@ __global__ void __launch_bounds__(1024, 1)
     T *const held_arrays[1] = {held};
     const T *const from[1] = {x};
     slab b = slab_of<V>(a, team, rank);
-    if (team < images)
-        load_slabs(a, b, held_arrays, from, sh.landed);
+    load_slabs(a, b, held_arrays, from, sh.landed); /* the plan makes no more teams than images */
 
     for (int round = 0, image = team; image < images; round++, image += teams) {
         b = slab_of<V>(a, image, rank);
@@ -192,8 +191,7 @@ __global__ void __launch_bounds__(1024, 1)
     T *const held_arrays[2] = {held_y, held_dy};
     const T *const from[2] = {y, dy};
     slab b = slab_of<V>(a, team, rank);
-    if (team < images)
-        load_slabs(a, b, held_arrays, from, sh.landed);
+    load_slabs(a, b, held_arrays, from, sh.landed); /* the plan makes no more teams than images */
 
     for (int round = 0, image = team; image < images; round++, image += teams) {
         b = slab_of<V>(a, image, rank);
@@ -218,60 +216,42 @@ __global__ void __launch_bounds__(1024, 1)
 
 /* ---- the plan ---- */
 
-/* Cuts the images of d for one of `kernels` (by vector width), or returns false (then v8
- * runs). Of the block sizes (one or two blocks an SM) whose cut fits, the one with the fewest
- * rounds of teams over the N images, teams being as many as are resident at once; among
- * those, the largest blocks. */
-static bool plan_stream(const void *const kernels[3], struct softmax_dims d, size_t size,
-                        int arrays, size_t room, struct image_plan *best, int *teams)
+/* Images at once: the teams of the plan's shape whose blocks are all resident, at most
+ * MAX_GRID blocks. */
+static int64_t resident_teams(const void *kernel, const struct image_plan *pl,
+                              struct softmax_dims d)
 {
-    if (!image_shape_fits(d, size) || !kl_device_attribute(cudaDevAttrCooperativeLaunch))
-        return false;
-    const int vector = image_vector(d);
-    const void *kernel = kernels[vector == 4 ? 2 : vector - 1];
-    best->waves = 0;
-    for (int per = 1; per <= 2; per++) {
-        const size_t budget = image_budget(per, room);
-        for (int threads = 1024 / per; threads >= 512 / per; threads -= 256 / per) {
-            struct image_plan pl;
-            if (!cut_image(d.c, d.h * d.w, size, arrays, vector, threads, budget, MAX_TEAM, &pl))
-                continue;
-            int64_t resident = (int64_t)kl_sm_count() * kl_blocks_per_sm(kernel, threads,
-                                                                           pl.shared);
-            resident = resident < MAX_GRID ? resident : MAX_GRID;
-            const int64_t fit = resident / pl.a.cluster, n = fit < d.n ? fit : d.n;
-            if (n <= 0)
-                continue;
-            pl.waves = (int)((d.n + n - 1) / n);
-            if (!best->waves || pl.waves < best->waves) {
-                *best = pl;
-                *teams = (int)n;
-            }
-        }
-    }
-    return best->waves > 0;
+    (void)d;
+    int64_t resident = (int64_t)kl_sm_count() * kl_blocks_per_sm(kernel, pl->threads, pl->shared);
+    resident = resident < MAX_GRID ? resident : MAX_GRID;
+    return resident / pl->a.cluster;
 }
 
-template <typename T> static const void *const *forward_kernels()
+template <typename T> static struct image_pass *forward_pass()
 {
-    static const void *const k[3] = {(const void *)softmax_forward_stream<T, 1>,
-                                     (const void *)softmax_forward_stream<T, 2>,
-                                     (const void *)softmax_forward_stream<T, 4>};
-    return k;
+    static struct image_pass p = {{(const void *)softmax_forward_stream<T, 1>,
+                                   (const void *)softmax_forward_stream<T, 2>,
+                                   (const void *)softmax_forward_stream<T, 4>},
+                                  0};
+    return &p;
 }
 
-template <typename T> static const void *const *backward_kernels()
+template <typename T> static struct image_pass *backward_pass()
 {
-    static const void *const k[3] = {(const void *)softmax_backward_stream<T, 1>,
-                                     (const void *)softmax_backward_stream<T, 2>,
-                                     (const void *)softmax_backward_stream<T, 4>};
-    return k;
+    static struct image_pass p = {{(const void *)softmax_backward_stream<T, 1>,
+                                   (const void *)softmax_backward_stream<T, 2>,
+                                   (const void *)softmax_backward_stream<T, 4>},
+                                  0};
+    return &p;
 }
 
-template <typename T> static size_t room_for(const void *const *kernels)
+/* Cuts the images of d, or returns false (then v8 runs): pl.at_once teams, never more than
+ * the images. */
+static bool plan_stream(struct image_pass *p, struct softmax_dims d, size_t size, int arrays,
+                        struct image_plan *pl)
 {
-    static size_t room[2];
-    return grant_room(kernels, &room[kernels == backward_kernels<T>()]);
+    return kl_device_attribute(cudaDevAttrCooperativeLaunch) &&
+           plan_images(p, d, size, arrays, MAX_TEAM, resident_teams, pl);
 }
 
 /* A cooperative launch: every block resident at once, or an error. */
@@ -296,12 +276,10 @@ static void launch_resident(void (*kernel)(Params...), const struct image_plan *
 template <typename T> static bool forward(const T *x, T *y, struct softmax_dims d, cudaStream_t s)
 {
     struct image_plan pl;
-    int teams;
     if (kl_device_cc() < 90 || !aligned16(x) || !aligned16(y) ||
-        !plan_stream(forward_kernels<T>(), d, sizeof(T), 1, room_for<T>(forward_kernels<T>()),
-                     &pl, &teams))
+        !plan_stream(forward_pass<T>(), d, sizeof(T), 1, &pl))
         return false;
-    const int n = (int)d.n;
+    const int n = (int)d.n, teams = pl.at_once;
     switch (pl.vector) {
     case 1:
         launch_resident(softmax_forward_stream<T, 1>, &pl, teams, s, x, y, pl.a, n, teams);
@@ -318,12 +296,10 @@ template <typename T>
 static bool backward(const T *y, const T *dy, T *dx, struct softmax_dims d, cudaStream_t s)
 {
     struct image_plan pl;
-    int teams;
     if (kl_device_cc() < 90 || !aligned16(y) || !aligned16(dy) || !aligned16(dx) ||
-        !plan_stream(backward_kernels<T>(), d, sizeof(T), 2, room_for<T>(backward_kernels<T>()),
-                     &pl, &teams))
+        !plan_stream(backward_pass<T>(), d, sizeof(T), 2, &pl))
         return false;
-    const int n = (int)d.n;
+    const int n = (int)d.n, teams = pl.at_once;
     switch (pl.vector) {
     case 1:
         launch_resident(softmax_backward_stream<T, 1>, &pl, teams, s, y, dy, dx, pl.a, n, teams);
