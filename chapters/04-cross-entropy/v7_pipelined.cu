@@ -25,6 +25,8 @@
  * every 4 bytes: the label is looked for once per pack, not compared with every logit, and the
  * gradient is one FADD, one FFMA and one exp (ce_gradient_term), with the label's -1/N added
  * by the one thread that holds it.
+ * The refills ask the L2 for whole 128-byte lines (`.L2::128B`), since a warp's 32 refills
+ * (512 bytes) rarely start or end on a line.
  * What changed from v4: the copy is refilled as it is used, so a block always has loads in
  * flight; the gradient pass also summarises the next row; the head, tail and label are
  * fetched a row early; fewer instructions per logit.
@@ -110,6 +112,21 @@ __device__ __forceinline__ const uint4 *ce_row_packs(const T *x, size_t r, size_
     return reinterpret_cast<const uint4 *>(xr + s.head);
 }
 
+/* kl_copy16_async that asks the L2, when the copy misses, for the whole 128-byte line around
+ * its 16 bytes (`.L2::128B`) rather than the sectors it touches: a line that a warp's refills
+ * share with the neighbouring warp's, or with the next row's, is then fetched from DRAM once,
+ * whichever warp comes first. */
+__device__ __forceinline__ void ce_copy16_async_whole_line(uint4 *to, const uint4 *from)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned shared = (unsigned)__cvta_generic_to_shared(to);
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(shared), "l"(from)
+                 : "memory");
+#else
+    kl_copy16_async(to, from);
+#endif
+}
+
 /* Refills slot q with pack q of a row, as a copy group of its own, empty where the row has no
  * pack q: every thread commits exactly one group per slot it owns per row, so the k-th group
  * it committed is always its k-th slot, and "all but the newest n groups have landed" names
@@ -118,7 +135,7 @@ __device__ __forceinline__ void ce_refill_slot(uint4 *ring, const uint4 *packs, 
                                                int n_packs)
 {
     if (q < n_packs)
-        kl_copy16_async(ring + q, packs + q);
+        ce_copy16_async_whole_line(ring + q, packs + q);
     kl_copies_commit();
 }
 
