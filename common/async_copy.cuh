@@ -22,19 +22,6 @@ __device__ __forceinline__ void kl_copy16_async(uint4 *to, const uint4 *from)
 #endif
 }
 
-/* The same copy, asking the L2, when it misses, for the whole 128-byte line around the 16 bytes
- * (`.L2::128B`) rather than only the sectors they touch. */
-__device__ __forceinline__ void kl_copy16_async_whole_line(uint4 *to, const uint4 *from)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned shared = (unsigned)__cvta_generic_to_shared(to);
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(shared), "l"(from)
-                 : "memory");
-#else
-    *to = *from;
-#endif
-}
-
 /* Closes this thread's copies issued since the last commit into one group (possibly empty). */
 __device__ __forceinline__ void kl_copies_commit()
 {
