@@ -127,15 +127,14 @@ __device__ __forceinline__ void ce_copy16_async_whole_line(uint4 *to, const uint
 #endif
 }
 
-/* Refills slot q with pack q of a row, as a copy group of its own, empty where the row has no
+/* Refills `slot` with pack q of a row, as a copy group of its own, empty where the row has no
  * pack q: every thread commits exactly one group per slot it owns per row, so the k-th group
- * it committed is always its k-th slot, and "all but the newest n groups have landed" names
+ * it committed is always its k-th refill, and "all but the newest n groups have landed" names
  * the slots that may be read. */
-__device__ __forceinline__ void ce_refill_slot(uint4 *ring, const uint4 *packs, int q,
-                                               int n_packs)
+__device__ __forceinline__ void ce_refill(uint4 *slot, const uint4 *packs, int q, int n_packs)
 {
     if (q < n_packs)
-        ce_copy16_async_whole_line(ring + q, packs + q);
+        ce_copy16_async_whole_line(slot, packs + q);
     kl_copies_commit();
 }
 
@@ -162,14 +161,13 @@ template <typename T> __device__ __forceinline__ void ce_unpack(uint4 raw, float
         f[j] = to_float(pk.e[j]);
 }
 
-/* Slot q into the summary, where the row has a pack q. */
+/* A held pack into the summary, where the row has it. */
 template <typename T>
-__device__ __forceinline__ ce_online ce_push_slot(ce_online st, const uint4 *ring, int q,
-                                                  int n_packs)
+__device__ __forceinline__ ce_online ce_push_held(ce_online st, const uint4 *held, bool present)
 {
-    if (q < n_packs) {
+    if (present) {
         float f[pack16<T>::width];
-        ce_unpack<T>(ring[q], f);
+        ce_unpack<T>(*held, f);
         st = ce_online_push<pack16<T>::width>(st, f);
     }
     return st;
@@ -289,38 +287,54 @@ __global__ void __launch_bounds__(MAX_THREADS)
 }
 
 /* Backward, and forward with backward: the row's summary must be complete before its gradient
- * can be written, so the gradient pass over row r does double duty. Slot q is turned into
- * dx, refilled with pack q of row r + 1, and CE_LAG slots later, its copy landed, summarised
- * for row r + 1: by the end of the pass, row r + 1 is summarised but for its last CE_LAG slots,
+ * can be written, so the gradient pass over row r does double duty. Each slot is turned into
+ * dx, refilled with a pack of row r + 1, and CE_LAG refills later, its copy landed, summarised
+ * for row r + 1: by the end of the pass, row r + 1 is summarised but for its last few packs,
  * and the block merges it at once. The loss, if asked for, is taken from the logits as the
- * gradient pass reads them. */
+ * gradient pass reads them.
+ * A thread's slots t, t + G, ... form a ring of its own: `len` of them hold its packs of a row
+ * and `spare` (0 or 1) more let the next row start early. Row i's k-th pack of the thread lies
+ * in its slot (first_i + k) mod (len + spare), and first_{i+1} = first_i + len: the slot freed
+ * by pack k of row r takes pack k + spare of row r + 1 (or, past its end, a first pack of row
+ * r + 2). So the last refill of row r + 1 leaves `spare` slots before the pass ends, and the
+ * wait for it at the row's end is that much shorter. */
 template <typename T, bool LOSS>
 __global__ void __launch_bounds__(MAX_THREADS)
     ce_pipelined_grad(const T *__restrict__ x, const int32_t *__restrict__ labels,
                       float *__restrict__ loss, T *__restrict__ dx, size_t n_rows,
-                      int n_classes, int n_slots, float inv_rows)
+                      int n_classes, int n_slots, int spare, float inv_rows)
 {
     constexpr int W = pack16<T>::width;
     extern __shared__ uint4 ring[];
     __shared__ ce_online part[2][32];
     const int t = threadIdx.x, G = blockDim.x;
+    const int len = (n_slots - t + G - 1) / G, ring_len = len + spare;
     float loss_sum = 0.f;
+    uint4 *const mine = ring + t; /* this thread's slot j is mine[G j] */
 
-    /* The block's first row, summarised once all of it has landed. */
+    /* The block's first row, and the first `spare` packs of its second; the first row is
+     * summarised once all of it has landed. */
     size_t row = blockIdx.x;
-    int n_packs;
+    int n_packs, n_packs_next;
     const uint4 *packs = ce_row_packs(x, row, n_rows, n_classes, &n_packs);
-    for (int q = t; q < n_slots; q += G)
-        ce_refill_slot(ring, packs, q, n_packs);
+    for (int k = 0; k < len; k++)
+        ce_refill(mine + G * k, packs, t + G * k, n_packs);
+    const uint4 *packs_next = ce_row_packs(x, row + gridDim.x, n_rows, n_classes, &n_packs_next);
+    for (int k = 0; k < spare; k++)
+        ce_refill(mine + G * (len + k), packs_next, t + G * k, n_packs_next);
     ce_row_edges ahead = {};
     if (row < n_rows)
         ahead = ce_fetch_edges(x, labels, row, n_classes);
-    kl_copies_wait<0>();
+    if (spare)
+        kl_copies_wait<1>();
+    else
+        kl_copies_wait<0>();
     ce_online st = ce_online_empty();
-    for (int q = t; q < n_slots; q += G)
-        st = ce_push_slot<T>(st, ring, q, n_packs);
+    for (int k = 0; k < len; k++)
+        st = ce_push_held<T>(st, mine + G * k, t + G * k < n_packs);
     st = ce_push_edges(st, ahead);
 
+    int first = 0; /* the slot of this thread's first pack of the row */
     for (int i = 0; row < n_rows; i++, row += gridDim.x) {
         const ce_row_edges cur = ahead;
         const size_t next = row + gridDim.x;
@@ -332,17 +346,21 @@ __global__ void __launch_bounds__(MAX_THREADS)
         if (next < n_rows)
             ahead = ce_fetch_edges(x, labels, next, n_classes);
         packs = ce_row_packs(x, next, n_rows, n_classes, &n_packs);
+        packs_next = ce_row_packs(x, next + gridDim.x, n_rows, n_classes, &n_packs_next);
 
         T *dr = dx + row * (size_t)n_classes;
         uint4 *dp = reinterpret_cast<uint4 *>(dr + cur.split.head);
         float x_label = 0.f;
         bool has_label = false;
         st = ce_online_empty();
-        int lagging = t; /* the next row's oldest refilled slot not yet summarised */
-        for (int q = t, k = 0; q < n_slots; q += G, k++) {
+        int slot = first;
+        int lagging = first + len < ring_len ? first + len : first + len - ring_len;
+        int summarised = 0; /* of the next row's packs */
+        for (int k = 0; k < len; k++) {
+            const int q = t + G * k;
             if (q < cur.split.n_packs) {
                 float f[W];
-                ce_unpack<T>(ring[q], f);
+                ce_unpack<T>(mine[G * slot], f);
                 const int at = body - q * W; /* the label's place in this pack, if it is here */
                 if (LOSS)
                     ce_pick_label<W>(f, at, &x_label, &has_label);
@@ -359,17 +377,29 @@ __global__ void __launch_bounds__(MAX_THREADS)
                     pk.e[j] = from_float<T>(ok ? f[j] : ce_nan());
                 dp[q] = pk.raw;
             }
-            ce_refill_slot(ring, packs, q, n_packs);
-            if (k >= CE_LAG) {
+            const int later = k + spare; /* the pack that follows into this slot */
+            if (later < len)
+                ce_refill(mine + G * slot, packs, t + G * later, n_packs);
+            else
+                ce_refill(mine + G * slot, packs_next, t + G * (later - len), n_packs_next);
+            slot = slot + 1 < ring_len ? slot + 1 : 0;
+            if (later >= CE_LAG) {
                 kl_copies_wait<CE_LAG>();
-                st = ce_push_slot<T>(st, ring, lagging, n_packs);
-                lagging += G;
+                st = ce_push_held<T>(st, mine + G * lagging, t + G * summarised < n_packs);
+                lagging = lagging + 1 < ring_len ? lagging + 1 : 0;
+                summarised++;
             }
         }
-        kl_copies_wait<0>();
-        for (; lagging < n_slots; lagging += G)
-            st = ce_push_slot<T>(st, ring, lagging, n_packs);
+        if (spare)
+            kl_copies_wait<1>();
+        else
+            kl_copies_wait<0>();
+        for (; summarised < len; summarised++) {
+            st = ce_push_held<T>(st, mine + G * lagging, t + G * summarised < n_packs);
+            lagging = lagging + 1 < ring_len ? lagging + 1 : 0;
+        }
         st = ce_push_edges(st, ahead); /* unused after the last row */
+        first = first + len < ring_len ? first + len : first + len - ring_len;
 
         if (t < cur.split.head)
             dr[t] = from_float<T>(
@@ -398,7 +428,7 @@ __global__ void __launch_bounds__(MAX_THREADS)
  * walks the rows: one block per SM when the ring takes over half an SM's shared memory, given
  * every thread; else 512 threads and as many blocks as fit. */
 struct ring_plan {
-    int n_slots;
+    int n_slots, spare;
     size_t bytes;
     int threads;
     unsigned blocks;
@@ -409,6 +439,7 @@ static bool plan_ring(const void *kernel, size_t *room, int n_classes, int width
                       struct ring_plan *p)
 {
     p->n_slots = n_classes / width + 1;
+    p->spare = 0;
     p->bytes = (size_t)p->n_slots * 16;
     if (!*room)
         *room = kl_grant_shared_memory(kernel);
@@ -420,6 +451,25 @@ static bool plan_ring(const void *kernel, size_t *room, int n_classes, int width
     b = b < n_rows ? b : n_rows;
     p->blocks = (unsigned)(b < CE_MAX_BLOCKS ? b : CE_MAX_BLOCKS);
     return true;
+}
+
+#ifndef CE_SPARE
+#define CE_SPARE 1 /* the gradient passes' spare slots a thread, where they fit */
+#endif
+
+/* Gives the gradient kernel's threads CE_SPARE more slots each where every thread holds a pack
+ * of each row and the larger ring fits as many blocks an SM as the plain one. */
+static void plan_spare(const void *kernel, size_t room, size_t n_rows, struct ring_plan *p)
+{
+    const size_t bytes = p->bytes + (size_t)CE_SPARE * (size_t)p->threads * 16;
+    if (!CE_SPARE || p->n_slots < p->threads || bytes > room ||
+        kl_blocks_per_sm(kernel, p->threads, bytes) < kl_blocks_per_sm(kernel, p->threads, p->bytes))
+        return;
+    p->spare = CE_SPARE;
+    p->bytes = bytes;
+    size_t b = (size_t)kl_sm_count() * (size_t)kl_blocks_per_sm(kernel, p->threads, p->bytes);
+    b = b < n_rows ? b : n_rows;
+    p->blocks = (unsigned)(b < CE_MAX_BLOCKS ? b : CE_MAX_BLOCKS);
 }
 
 template <typename T>
@@ -445,8 +495,9 @@ static bool launch_grad(const T *x, const int32_t *labels, float *loss, T *dx, s
     if (!plan_ring((const void *)ce_pipelined_grad<T, LOSS>, &room, n_classes, pack16<T>::width,
                    n_rows, &p))
         return false;
+    plan_spare((const void *)ce_pipelined_grad<T, LOSS>, room, n_rows, &p);
     ce_pipelined_grad<T, LOSS><<<p.blocks, p.threads, p.bytes, s>>>(
-        x, labels, loss, dx, n_rows, n_classes, p.n_slots, 1.f / (float)n_rows);
+        x, labels, loss, dx, n_rows, n_classes, p.n_slots, p.spare, 1.f / (float)n_rows);
     LAUNCH_CHECK();
     return true;
 }
