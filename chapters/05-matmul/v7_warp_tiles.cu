@@ -3,11 +3,11 @@
  * Idea: two changes to v6, both about waiting.
  *   - Warp tiles. v6 hands each thread an 8 x 8 block of C in a row of threads, so a warp's 32
  *     threads read 32 different 8-float runs of B's tile and 2 of A's. Here each of the 8 warps
- *     owns a 64 x 32 tile of C, and lane (r, c) of a 8 x 4 grid of lanes computes the four 4 x 4
- *     sub-blocks at rows 4r and 32 + 4r, columns 4c and 16 + 4c of it. At each step along K a
- *     warp then reads 64 floats of A and 32 of B from shared memory, as 16-byte loads that are
- *     either the same address (a broadcast) or neighbouring ones: no bank conflicts, 4 loads
- *     for 64 FFMAs.
+ *     owns a 64 x 64 tile of C, and lane (r, c) of a 8 x 4 grid of lanes computes the eight
+ *     4 x 4 sub-blocks at rows 4r and 32 + 4r, columns 4c, 16 + 4c, 32 + 4c and 48 + 4c of it.
+ *     At each step along K a warp then reads 64 floats of A and 64 of B from shared memory, as
+ *     16-byte loads that are either the same address (a broadcast) or neighbouring ones: no
+ *     bank conflicts, 6 loads for 128 FFMAs.
  *   - Copies in flight while the warps multiply. cp.async (compute capability 8.0 on) copies
  *     global memory straight into shared memory: the next tile travels while this one is
  *     multiplied, and no register holds it on the way. B's tile goes 16 bytes a copy; A's tile,
@@ -16,27 +16,35 @@
  *     rows of 128 + 4 floats keep the warp's 32 stores on 32 different banks. Out-of-range
  *     elements use the copy's zero-fill form, so the edges need no second path in fp32. One
  *     barrier per tile; the next depth's operands are read from shared memory while this
- *     depth's 64 FFMAs run, across the tile boundary too.
- * Tiles are 128 x 128 of C and 16 deep in K, two stages (33 KB); 256 threads. fp16 tiles are
+ *     depth's 128 FFMAs run, across the tile boundary too.
+ * Tiles are 128 x 256 of C and 16 deep in K, two stages (49 KB); 256 threads. fp16 tiles are
  * widened on the way, so they still pass through registers (fetched before a tile's
  * arithmetic, stored after it).
- * Registers: 64 accumulators, 2 x 16 operands, addresses; no staging. Held to 128
- * (__launch_bounds__(256, 2)) without spilling in fp32: two blocks, 16 warps an SM, to hide
- * shared-memory latency and the barrier. What a thread moved through registers each tile in v6
- * (global loads, then shared stores) becomes 10 copies that cost no registers and no wait.
+ * Registers: 128 accumulators, 2 x 24 operands, addresses; no staging in fp32 (253 registers,
+ * no spills; 236 in fp16): one block, 8 warps an SM. What a thread moved through registers
+ * each tile in v6 (global loads, then shared stores) becomes 12 copies that cost no registers
+ * and no wait.
  * What changed from v6: the thread-to-output map (warp tiles), a second buffer filled by
- * cp.async, BK 8 -> 16, two blocks an SM.
+ * cp.async, BK 8 -> 16, tiles 128 x 128 -> 128 x 256.
  * Expected: 90% of cuBLAS SGEMM at 4096 and 8192 in fp32; the best ordinary-core rung.
+ * Wide tiles. v7 first had 128 x 128 tiles, warps of 64 x 32 and 64 accumulators a thread,
+ * held to 128 registers so that two blocks (16 warps) shared an SM: 4 shared-memory loads for
+ * 64 FFMAs, 46.2-46.3 TFLOP/s at 4096 (0.90x of cuBLAS) and 46.8 at 8192 (0.91-0.93x). Twice
+ * the columns a warp take 6 loads for 128 FFMAs: a quarter fewer loads an FFMA, and A's
+ * fragment is reused twice as often, for half the warps to hide latency with. Expected: a few
+ * percent where the GPU is full (from 4096 on), a loss where the tiles are too few to fill it
+ * (at 1024, 32 blocks on 132 SMs instead of 64).
  * Copies without bounds. Every copy tests its element against M, N and K: about ten
- * instructions a copy, over 100 a warp a tile beside its 1024 FFMAs, in a kernel whose issue
- * slots are nearly full. A tile that lies wholly inside A and B (in a block inside M and N,
- * every tile but a last, partial one along K) takes a short path with nothing to test
- * (copy_whole_tiles). Expected: a few percent, what those instructions took.
+ * instructions a copy, over 100 a warp a tile beside its 1024 FFMAs (at 128 x 128), in a
+ * kernel whose issue slots are nearly full. A tile that lies wholly inside A and B (in a block
+ * inside M and N, every tile but a last, partial one along K) takes a short path with nothing
+ * to test (copy_whole_tiles). Expected: a few percent, what those instructions took.
  * Limits: as v1; B's 16-byte copies need N % 4 == 0 and an aligned B (else 4-byte copies);
  * the 4-wide stores of C need the same of C. Below compute capability 8.0 the copies are plain
  * loads and stores.
  * Knobs (-D at build time, for tuning): V7_BM, V7_BN, V7_BK, V7_WARPS_M, V7_WARPS_N,
- * V7_STAGES, V7_A_REGS, V7_FRAGMENTS, V7_MIN_BLOCKS; the defaults are the tiles above. */
+ * V7_STAGES, V7_A_REGS, V7_FRAGMENTS, V7_MIN_BLOCKS; the defaults are the tiles above
+ * (V7_BN 128 with V7_MIN_BLOCKS 2 gives the first tiles back). */
 #include "async_copy.cuh"
 #include "launch.cuh"
 #include "matmul.cuh"
@@ -45,7 +53,7 @@
 #define V7_BM 128 /* block tile of C */
 #endif
 #ifndef V7_BN
-#define V7_BN 128
+#define V7_BN 256
 #endif
 #ifndef V7_BK
 #define V7_BK 16 /* depth of one stage */
@@ -66,7 +74,7 @@
 #define V7_FRAGMENTS 2 /* 2: the next depth's operands load while this one multiplies */
 #endif
 #ifndef V7_MIN_BLOCKS
-#define V7_MIN_BLOCKS 2 /* blocks per SM asked of the register allocator */
+#define V7_MIN_BLOCKS 1 /* blocks per SM asked of the register allocator */
 #endif
 
 #define THREADS (V7_WARPS_M * V7_WARPS_N * 32)
