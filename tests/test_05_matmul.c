@@ -70,12 +70,14 @@ Test(matmul_reference, sampled_agrees_with_full_where_it_computes)
 /* Odd and tiny shapes: 1 in each place, primes, no multiple of any tile (16, 64, 128, 8 along
  * K), one just past a tile, and the issue's 1023x77x513. Then shapes for the copy engine's
  * path of v10 (K and N multiples of 8): one row, tiles hanging over every edge, a band of
- * several tiles with an odd one out, and K of a single partial step (8). */
+ * several tiles with an odd one out, and K of a single partial step (8). Last, a shape where
+ * v7 takes its wide tiles on the H200 (128 blocks of 128 x 256, against 256 narrow ones), with
+ * N no multiple of 4 and K no multiple of 16. */
 static const char *const shapes[] = {"1",           "1x1x7",       "7x1x1",       "1x7x1",
                                      "3x5x1",       "17x33x65",    "64x64x64",    "65x63x9",
                                      "127x129x131", "128x128x8",   "129x257x17",  "1000",
                                      "1023x77x513", "5x300x2",     "1x8x8",       "37x40x48",
-                                     "129x264x72",  "300x2056x264"};
+                                     "129x264x72",  "300x2056x264", "2000x1999x37"};
 
 static void free_params(struct criterion_test_params *crp)
 {

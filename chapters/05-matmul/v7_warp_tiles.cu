@@ -3,11 +3,11 @@
  * Idea: two changes to v6, both about waiting.
  *   - Warp tiles. v6 hands each thread an 8 x 8 block of C in a row of threads, so a warp's 32
  *     threads read 32 different 8-float runs of B's tile and 2 of A's. Here each of the 8 warps
- *     owns a 64 x 64 tile of C, and lane (r, c) of a 8 x 4 grid of lanes computes the eight
- *     4 x 4 sub-blocks at rows 4r and 32 + 4r, columns 4c, 16 + 4c, 32 + 4c and 48 + 4c of it.
- *     At each step along K a warp then reads 64 floats of A and 64 of B from shared memory, as
- *     16-byte loads that are either the same address (a broadcast) or neighbouring ones: no
- *     bank conflicts, 6 loads for 128 FFMAs.
+ *     owns a 64 x 32 tile of C (64 x 64 in wide tiles, below), and lane (r, c) of a 8 x 4 grid
+ *     of lanes computes the 4 x 4 sub-blocks at rows 4r and 32 + 4r, columns 4c, 16 + 4c (and
+ *     32 + 4c, 48 + 4c) of it. At each step along K a warp then reads 64 floats of A and 32 (64)
+ *     of B from shared memory, as 16-byte loads that are either the same address (a broadcast)
+ *     or neighbouring ones: no bank conflicts, 4 loads for 64 FFMAs (6 for 128).
  *   - Copies in flight while the warps multiply. cp.async (compute capability 8.0 on) copies
  *     global memory straight into shared memory: the next tile travels while this one is
  *     multiplied, and no register holds it on the way. B's tile goes 16 bytes a copy; A's tile,
@@ -16,24 +16,30 @@
  *     rows of 128 + 4 floats keep the warp's 32 stores on 32 different banks. Out-of-range
  *     elements use the copy's zero-fill form, so the edges need no second path in fp32. One
  *     barrier per tile; the next depth's operands are read from shared memory while this
- *     depth's 128 FFMAs run, across the tile boundary too.
- * Tiles are 128 x 256 of C and 16 deep in K, two stages (49 KB); 256 threads. fp16 tiles are
+ *     depth's FFMAs run, across the tile boundary too.
+ * Tiles are 128 x 128 of C and 16 deep in K, two stages (33 KB); 256 threads. fp16 tiles are
  * widened on the way, so they still pass through registers (fetched before a tile's
  * arithmetic, stored after it).
- * Registers: 128 accumulators, 2 x 24 operands, addresses; no staging in fp32 (253 registers,
- * no spills; 236 in fp16): one block, 8 warps an SM. What a thread moved through registers
- * each tile in v6 (global loads, then shared stores) becomes 12 copies that cost no registers
- * and no wait.
+ * Registers: 64 accumulators, 2 x 16 operands, addresses; no staging. Held to 128
+ * (__launch_bounds__(256, 2)) without spilling in fp32: two blocks, 16 warps an SM, to hide
+ * shared-memory latency and the barrier. What a thread moved through registers each tile in v6
+ * (global loads, then shared stores) becomes 10 copies that cost no registers and no wait.
  * What changed from v6: the thread-to-output map (warp tiles), a second buffer filled by
- * cp.async, BK 8 -> 16, tiles 128 x 128 -> 128 x 256.
+ * cp.async, BK 8 -> 16, two blocks an SM; wide tiles where they pay (below).
  * Expected: 90% of cuBLAS SGEMM at 4096 and 8192 in fp32; the best ordinary-core rung.
- * Wide tiles. v7 first had 128 x 128 tiles, warps of 64 x 32 and 64 accumulators a thread,
- * held to 128 registers so that two blocks (16 warps) shared an SM: 4 shared-memory loads for
- * 64 FFMAs, 46.2-46.3 TFLOP/s at 4096 (0.90x of cuBLAS) and 46.8 at 8192 (0.91-0.93x). Twice
- * the columns a warp take 6 loads for 128 FFMAs: a quarter fewer loads an FFMA, and A's
- * fragment is reused twice as often, for half the warps to hide latency with. Expected: a few
- * percent where the GPU is full (from 4096 on), a loss where the tiles are too few to fill it
- * (at 1024, 32 blocks on 132 SMs instead of 64).
+ * Wide tiles, chosen per problem. The 128 x 128 tiles made 46.2-46.3 TFLOP/s at 4096 (0.90x of
+ * cuBLAS) and 46.8 at 8192 (0.91-0.93x). Tiles of 128 x 256 give a warp 64 x 64 of C and a
+ * thread 128 accumulators (235 registers, no spills): 6 shared-memory loads for 128 FFMAs, a
+ * quarter fewer loads an FFMA, each of A's operands used twice as often, but one block, 8
+ * warps, an SM to hide latency with. Expected: a few percent where the GPU is full, a loss
+ * where the tiles are too few to fill it. Measured (fp32, TFLOP/s): 48.0 at 4096, 48.4 at
+ * 8192, 46.8 at 2048 (against 46.2, 46.8, 44.8), but 11.5 at 1024 (32 blocks on 132 SMs,
+ * against 19.9 from 64) and 34.4 at 4097 (against 37.6: the last of five rounds of tiles
+ * keeps 33 SMs busy for a whole wide tile, where 33 narrow ones run alone on their SMs, each
+ * faster than two together). So the launch counts the rounds each width needs (wide_tiles_pay)
+ * and takes the wide tiles only where they finish first. fp16 keeps the narrow ones: with
+ * its staging registers (253 in all) the wide tiles lost at every size (26.7 against 32.2 at
+ * 4096).
  * Copies without bounds. Every copy tests its element against M, N and K: about ten
  * instructions a copy, over 100 a warp a tile beside its 1024 FFMAs (at 128 x 128), in a
  * kernel whose issue slots are nearly full. A tile that lies wholly inside A and B (in a block
@@ -42,9 +48,8 @@
  * Limits: as v1; B's 16-byte copies need N % 4 == 0 and an aligned B (else 4-byte copies);
  * the 4-wide stores of C need the same of C. Below compute capability 8.0 the copies are plain
  * loads and stores.
- * Knobs (-D at build time, for tuning): V7_BM, V7_BN, V7_BK, V7_WARPS_M, V7_WARPS_N,
- * V7_STAGES, V7_A_REGS, V7_FRAGMENTS, V7_MIN_BLOCKS; the defaults are the tiles above
- * (V7_BN 128 with V7_MIN_BLOCKS 2 gives the first tiles back). */
+ * Knobs (-D at build time, for tuning): V7_BM, V7_BN_NARROW, V7_BN_WIDE, V7_BK, V7_WARPS_M,
+ * V7_WARPS_N, V7_STAGES, V7_A_REGS, V7_FRAGMENTS; the defaults are the tiles above. */
 #include "async_copy.cuh"
 #include "launch.cuh"
 #include "matmul.cuh"
@@ -52,8 +57,11 @@
 #ifndef V7_BM
 #define V7_BM 128 /* block tile of C */
 #endif
-#ifndef V7_BN
-#define V7_BN 256
+#ifndef V7_BN_NARROW
+#define V7_BN_NARROW 128 /* the two widths, chosen per problem at launch (pick_width) */
+#endif
+#ifndef V7_BN_WIDE
+#define V7_BN_WIDE 256
 #endif
 #ifndef V7_BK
 #define V7_BK 16 /* depth of one stage */
@@ -73,15 +81,10 @@
 #ifndef V7_FRAGMENTS
 #define V7_FRAGMENTS 2 /* 2: the next depth's operands load while this one multiplies */
 #endif
-#ifndef V7_MIN_BLOCKS
-#define V7_MIN_BLOCKS 1 /* blocks per SM asked of the register allocator */
-#endif
 
 #define THREADS (V7_WARPS_M * V7_WARPS_N * 32)
 #define WM (V7_BM / V7_WARPS_M) /* a warp's tile of C */
-#define WN (V7_BN / V7_WARPS_N)
 #define TM (WM / 8) /* a thread's outputs: TM rows (runs of 4, 32 apart) */
-#define TN (WN / 4) /* by TN columns (runs of 4, 16 apart) */
 #define A_LD (V7_BM + 4) /* a row of A's transposed tile: padded, see copy_a */
 #if V7_A_REGS
 #define A_WIDTH 4 /* a thread's elements of A: runs of A_WIDTH along K ... */
@@ -93,17 +96,28 @@
 #define A_STEP (THREADS / A_LANES)    /* ... in rows A_STEP apart ... */
 #define A_ROWS (V7_BM / A_STEP)       /* ... A_ROWS of them ... */
 #define A_COLS (V7_BK / (A_LANES * A_WIDTH)) /* ... at this many depths */
-#define B_RUNS (V7_BN / 4)            /* 4-element runs in a row of B's tile */
-#define B_STEP (THREADS / B_RUNS)     /* rows of B between a thread's runs */
-#define B_ROWS (V7_BK / B_STEP)       /* runs of B's tile a thread copies */
-#define STAGE_FLOATS (V7_BK * (A_LD + V7_BN))
-#define SMEM_BYTES (V7_STAGES * STAGE_FLOATS * 4)
 
-static_assert(WM % 32 == 0 && WN % 16 == 0, "a lane's outputs are whole 4 x 4 blocks");
+static_assert(WM % 32 == 0, "a lane's outputs are whole 4 x 4 blocks");
 static_assert(V7_BK % (A_LANES * A_WIDTH) == 0 && V7_BM % A_STEP == 0,
               "A's tile: whole rounds of copies");
-static_assert(THREADS % B_RUNS == 0 && V7_BK % B_STEP == 0, "B's tile: whole rounds of copies");
 static_assert(V7_STAGES >= 2, "a ring needs two stages");
+
+/* What depends on the block tile's width BN (V7_BN_NARROW or V7_BN_WIDE). */
+template <int BN> struct width {
+    static constexpr int WN = BN / V7_WARPS_N;       /* a warp's tile of C: WM x WN */
+    static constexpr int TN = WN / 4;                /* a thread's columns (runs of 4, 16 apart) */
+    static constexpr int B_RUNS = BN / 4;            /* 4-element runs in a row of B's tile */
+    static constexpr int B_STEP = THREADS / B_RUNS;  /* rows of B between a thread's runs */
+    static constexpr int B_ROWS = V7_BK / B_STEP;    /* runs of B's tile a thread copies */
+    static constexpr int STAGE_FLOATS = V7_BK * (A_LD + BN);
+    static constexpr int SMEM_BYTES = V7_STAGES * STAGE_FLOATS * 4;
+    /* Blocks an SM asked of the register allocator: two narrow ones (128 registers), or one
+     * wide one, whose 128 accumulators a thread need more than 128. */
+    static constexpr int MIN_BLOCKS = BN > 128 ? 1 : 2;
+    static_assert(WN % 16 == 0, "a lane's outputs are whole 4 x 4 blocks");
+    static_assert(THREADS % B_RUNS == 0 && V7_BK % B_STEP == 0,
+                  "B's tile: whole rounds of copies");
+};
 
 /* ---- Copies into shared memory that bypass the registers; src_bytes 0 writes zeros. Below
  * compute capability 8.0 they are an ordinary load and store. ---- */
@@ -149,17 +163,18 @@ template <typename T> struct tile_runs {
     int a_dst, b_dst; /* the thread's first element in a stage of shared memory */
 };
 
-template <typename T>
+template <typename T, int BN>
 __device__ __forceinline__ tile_runs<T> runs_of(const T *a, const T *b, int64_t m, int64_t n,
                                                 int64_t k, int64_t row0, int64_t col0,
                                                 bool vec_a, bool vec_b)
 {
+    using W = width<BN>;
     const int t = threadIdx.x;
     tile_runs<T> r;
     const int64_t a_row = row0 + t / A_LANES;
-    const int64_t b_col = col0 + (t % B_RUNS) * 4;
+    const int64_t b_col = col0 + (t % W::B_RUNS) * 4;
     r.a_col = (t % A_LANES) * A_WIDTH;
-    r.b_row = t / B_RUNS;
+    r.b_row = t / W::B_RUNS;
     r.a = a + a_row * k + r.a_col;
     r.b = b + (int64_t)r.b_row * n + b_col;
     r.a_step = (int64_t)A_STEP * k;
@@ -174,7 +189,7 @@ __device__ __forceinline__ tile_runs<T> runs_of(const T *a, const T *b, int64_t 
     r.vec_a = vec_a;
     r.vec_b = vec_b;
     r.a_dst = r.a_col * A_LD + t / A_LANES;
-    r.b_dst = V7_BK * A_LD + r.b_row * V7_BN + (t % B_RUNS) * 4;
+    r.b_dst = V7_BK * A_LD + r.b_row * BN + (t % W::B_RUNS) * 4;
     return r;
 }
 
@@ -186,9 +201,10 @@ template <typename T> struct route {
     static constexpr bool a_async = sizeof(T) == 4 && !V7_A_REGS, b_async = sizeof(T) == 4;
 };
 
-template <typename T>
+template <typename T, int BN>
 __device__ __forceinline__ void copy_tiles(const tile_runs<T> &r, float *stage, int p0)
 {
+    using W = width<BN>;
     if constexpr (route<T>::a_async) {
 #pragma unroll
         for (int j = 0; j < A_COLS; j++) {
@@ -201,10 +217,10 @@ __device__ __forceinline__ void copy_tiles(const tile_runs<T> &r, float *stage, 
     }
     if constexpr (route<T>::b_async) {
 #pragma unroll
-        for (int l = 0; l < B_ROWS; l++) {
-            const int row = p0 + r.b_row + l * B_STEP;
-            const float *src = r.b + (int64_t)(p0 + l * B_STEP) * r.n;
-            float *dst = stage + r.b_dst + l * B_STEP * V7_BN;
+        for (int l = 0; l < W::B_ROWS; l++) {
+            const int row = p0 + r.b_row + l * W::B_STEP;
+            const float *src = r.b + (int64_t)(p0 + l * W::B_STEP) * r.n;
+            float *dst = stage + r.b_dst + l * W::B_STEP * BN;
             const int in = row < r.k ? r.b_cols_in : 0;
             if (r.vec_b) {
                 copy16_async(dst, src, in == 4);
@@ -221,9 +237,10 @@ __device__ __forceinline__ void copy_tiles(const tile_runs<T> &r, float *stage, 
  * partial one along K): nothing to test, so a copy is its addresses and the cp.async. The
  * general path above spends about ten instructions a copy on bounds and addresses: for a
  * thread's 10 copies, some 100 of the 1250 instructions a warp issues a tile. */
-template <typename T>
+template <typename T, int BN>
 __device__ __forceinline__ void copy_whole_tiles(const tile_runs<T> &r, float *stage, int p0)
 {
+    using W = width<BN>;
     static_assert(route<T>::a_async && route<T>::b_async, "fp32 tiles only");
     const float *a = r.a + p0;
 #pragma unroll
@@ -234,24 +251,24 @@ __device__ __forceinline__ void copy_whole_tiles(const tile_runs<T> &r, float *s
                         true);
     const float *b = r.b + (int64_t)p0 * r.n;
 #pragma unroll
-    for (int l = 0; l < B_ROWS; l++)
-        copy16_async(stage + r.b_dst + l * B_STEP * V7_BN, b + (int64_t)(l * B_STEP) * r.n,
+    for (int l = 0; l < W::B_ROWS; l++)
+        copy16_async(stage + r.b_dst + l * W::B_STEP * BN, b + (int64_t)(l * W::B_STEP) * r.n,
                      true);
 }
 
 /* The tile at depth p0 on its way: by the short path where the block lies inside M and N
  * (`inside`, with B's 16-byte copies) and the tile inside K, else by the general one. */
-template <typename T>
+template <typename T, int BN>
 __device__ __forceinline__ void issue_tile(const tile_runs<T> &r, float *stage, int p0,
                                            bool inside)
 {
     if constexpr (route<T>::a_async && route<T>::b_async) {
         if (inside && p0 + V7_BK <= r.k) {
-            copy_whole_tiles(r, stage, p0);
+            copy_whole_tiles<T, BN>(r, stage, p0);
             return;
         }
     }
-    copy_tiles(r, stage, p0);
+    copy_tiles<T, BN>(r, stage, p0);
 }
 
 /* 4 elements of a run, `in` of which (counted from the first; none if `in` <= 0) lie inside
@@ -273,14 +290,15 @@ __device__ __forceinline__ float4 run_load4(const T *p, int in, bool vec)
                        in > 2 ? to_float(p[2]) : 0.f, in > 3 ? to_float(p[3]) : 0.f);
 }
 
-struct tile_regs {
+template <int BN> struct tile_regs {
     float a[A_COLS][A_ROWS][A_WIDTH];
-    float4 b[B_ROWS];
+    float4 b[width<BN>::B_ROWS];
 };
 
-template <typename T>
-__device__ __forceinline__ void fetch_tiles(tile_regs &g, const tile_runs<T> &r, int p0)
+template <typename T, int BN>
+__device__ __forceinline__ void fetch_tiles(tile_regs<BN> &g, const tile_runs<T> &r, int p0)
 {
+    using W = width<BN>;
     if constexpr (!route<T>::a_async) {
 #pragma unroll
         for (int j = 0; j < A_COLS; j++) {
@@ -301,18 +319,19 @@ __device__ __forceinline__ void fetch_tiles(tile_regs &g, const tile_runs<T> &r,
     }
     if constexpr (!route<T>::b_async) {
 #pragma unroll
-        for (int l = 0; l < B_ROWS; l++) {
-            const int row = p0 + r.b_row + l * B_STEP;
-            g.b[l] = run_load4(r.b + (int64_t)(p0 + l * B_STEP) * r.n,
+        for (int l = 0; l < W::B_ROWS; l++) {
+            const int row = p0 + r.b_row + l * W::B_STEP;
+            g.b[l] = run_load4(r.b + (int64_t)(p0 + l * W::B_STEP) * r.n,
                                row < r.k ? r.b_cols_in : 0, r.vec_b);
         }
     }
 }
 
-template <typename T>
-__device__ __forceinline__ void place_tiles(const tile_regs &g, const tile_runs<T> &r,
+template <typename T, int BN>
+__device__ __forceinline__ void place_tiles(const tile_regs<BN> &g, const tile_runs<T> &r,
                                             float *stage)
 {
+    using W = width<BN>;
     if constexpr (!route<T>::a_async) {
 #pragma unroll
         for (int j = 0; j < A_COLS; j++)
@@ -325,54 +344,57 @@ __device__ __forceinline__ void place_tiles(const tile_regs &g, const tile_runs<
     }
     if constexpr (!route<T>::b_async) {
 #pragma unroll
-        for (int l = 0; l < B_ROWS; l++)
-            *reinterpret_cast<float4 *>(stage + r.b_dst + l * B_STEP * V7_BN) = g.b[l];
+        for (int l = 0; l < W::B_ROWS; l++)
+            *reinterpret_cast<float4 *>(stage + r.b_dst + l * W::B_STEP * BN) = g.b[l];
     }
 }
 
 /* A lane's operands at one depth: TM elements of A's column, TN of B's row, as 16-byte loads
  * that the lanes of a warp share or that lie side by side: no bank conflicts. */
-struct fragment {
-    float a[TM], b[TN];
+template <int BN> struct fragment {
+    float a[TM], b[width<BN>::TN];
 };
 
-__device__ __forceinline__ void load_fragment(fragment &f, const float *stage, int q, int a_off,
-                                              int b_off)
+template <int BN>
+__device__ __forceinline__ void load_fragment(fragment<BN> &f, const float *stage, int q,
+                                              int a_off, int b_off)
 {
 #pragma unroll
     for (int i = 0; i < TM / 4; i++)
         *reinterpret_cast<float4 *>(&f.a[4 * i]) =
             *reinterpret_cast<const float4 *>(stage + q * A_LD + a_off + 32 * i);
 #pragma unroll
-    for (int j = 0; j < TN / 4; j++)
+    for (int j = 0; j < width<BN>::TN / 4; j++)
         *reinterpret_cast<float4 *>(&f.b[4 * j]) = *reinterpret_cast<const float4 *>(
-            stage + V7_BK * A_LD + q * V7_BN + b_off + 16 * j);
+            stage + V7_BK * A_LD + q * BN + b_off + 16 * j);
 }
 
-template <typename T>
-__global__ void __launch_bounds__(THREADS, V7_MIN_BLOCKS)
+template <typename T, int BN>
+__global__ void __launch_bounds__(THREADS, width<BN>::MIN_BLOCKS)
     matmul_warp_tiles(const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ c,
                       int64_t m, int64_t n, int64_t k, bool vec_a, bool vec_b, bool vec_c)
 {
+    using W = width<BN>;
+    constexpr int TN = W::TN, STAGE_FLOATS = W::STAGE_FLOATS;
     extern __shared__ float4 smem4[];
     float *const smem = reinterpret_cast<float *>(smem4);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t row0 = (int64_t)blockIdx.y * V7_BM, col0 = (int64_t)blockIdx.x * V7_BN;
-    const int warp_row = (warp / V7_WARPS_N) * WM, warp_col = (warp % V7_WARPS_N) * WN;
+    const int64_t row0 = (int64_t)blockIdx.y * V7_BM, col0 = (int64_t)blockIdx.x * BN;
+    const int warp_row = (warp / V7_WARPS_N) * WM, warp_col = (warp % V7_WARPS_N) * W::WN;
     const int lane_row = (lane / 4) * 4, lane_col = (lane % 4) * 4;
     const int a_off = warp_row + lane_row, b_off = warp_col + lane_col;
     const int tiles = (int)((k + V7_BK - 1) / V7_BK);
-    const tile_runs<T> runs = runs_of(a, b, m, n, k, row0, col0, vec_a, vec_b);
+    const tile_runs<T> runs = runs_of<T, BN>(a, b, m, n, k, row0, col0, vec_a, vec_b);
     constexpr bool staged = !route<T>::a_async || !route<T>::b_async;
-    const bool inside = row0 + V7_BM <= m && col0 + V7_BN <= n && vec_b;
+    const bool inside = row0 + V7_BM <= m && col0 + BN <= n && vec_b;
 
     /* The first STAGES - 1 tiles are put on their way; each is one group of copies. */
 #pragma unroll
     for (int s = 0; s < V7_STAGES - 1; s++) {
         if (s < tiles) {
-            issue_tile(runs, smem + s * STAGE_FLOATS, s * V7_BK, inside);
+            issue_tile<T, BN>(runs, smem + s * STAGE_FLOATS, s * V7_BK, inside);
             if constexpr (staged) {
-                tile_regs g;
+                tile_regs<BN> g;
                 fetch_tiles(g, runs, s * V7_BK);
                 place_tiles(g, runs, smem + s * STAGE_FLOATS);
             }
@@ -383,13 +405,13 @@ __global__ void __launch_bounds__(THREADS, V7_MIN_BLOCKS)
     __syncthreads();
 
     float acc[TM][TN] = {}; /* rows a_off + 32 (r / 4) + r % 4, cols b_off + 16 (s / 4) + s % 4 */
-    fragment f[V7_FRAGMENTS];
+    fragment<BN> f[V7_FRAGMENTS];
     if constexpr (V7_FRAGMENTS == 2)
         load_fragment(f[0], smem, 0, a_off, b_off);
     int read = 0, write = V7_STAGES - 1; /* stages being multiplied and being filled */
     for (int tile = 0; tile < tiles; tile++) {
         const bool more = tile + V7_STAGES - 1 < tiles;
-        tile_regs g;
+        tile_regs<BN> g;
 #pragma unroll
         for (int q = 0; q < V7_BK; q++) {
             if constexpr (V7_FRAGMENTS == 1)
@@ -410,7 +432,7 @@ __global__ void __launch_bounds__(THREADS, V7_MIN_BLOCKS)
                               a_off, b_off);
             if (q == 0) {
                 if (more) {
-                    issue_tile(runs, smem + write * STAGE_FLOATS,
+                    issue_tile<T, BN>(runs, smem + write * STAGE_FLOATS,
                                (tile + V7_STAGES - 1) * V7_BK, inside);
                     if constexpr (staged)
                         fetch_tiles(g, runs, (tile + V7_STAGES - 1) * V7_BK);
@@ -436,25 +458,47 @@ __global__ void __launch_bounds__(THREADS, V7_MIN_BLOCKS)
     }
 }
 
-template <typename T>
-static void launch(const T *a, const T *b, T *c, struct matmul_dims d, cudaStream_t s)
+/* The kernel on block tiles BN wide; each width asks for its shared memory once. */
+template <typename T, int BN>
+static void launch_width(const T *a, const T *b, T *c, struct matmul_dims d, cudaStream_t s)
 {
+    constexpr int bytes = width<BN>::SMEM_BYTES;
     static size_t room = 0; /* above 48 KB of dynamic shared memory a kernel must opt in */
-    if (SMEM_BYTES > 48 * 1024 && !room)
-        room = kl_grant_shared_memory((const void *)matmul_warp_tiles<T>);
-    const dim3 grid(matmul_blocks(d.n, V7_BN), matmul_blocks(d.m, V7_BM));
-    matmul_warp_tiles<T><<<grid, THREADS, SMEM_BYTES, s>>>(
+    if (bytes > 48 * 1024 && !room)
+        room = kl_grant_shared_memory((const void *)matmul_warp_tiles<T, BN>);
+    const dim3 grid(matmul_blocks(d.n, BN), matmul_blocks(d.m, V7_BM));
+    matmul_warp_tiles<T, BN><<<grid, THREADS, bytes, s>>>(
         a, b, c, d.m, d.n, d.k, matmul_rows_of_4(a, d.k, sizeof(T)),
         matmul_rows_of_4(b, d.n, sizeof(T)),
         matmul_rows_of_4(c, d.n, sizeof(T)));
     LAUNCH_CHECK();
 }
 
+/* Whether wide tiles finish first. Time is counted in rounds of tiles over the SMs, in
+ * hundredths of what one wide tile takes an SM: a round of one wide tile an SM costs 100; a
+ * round of two narrow tiles an SM 104 (where both fill the GPU the wide tiles make 4% more
+ * FLOP a cycle: 48.0 against 46.2 TFLOP/s at 4096); a last round that leaves the narrow tiles
+ * one an SM 60 (at 1024, 64 narrow tiles took 0.58 of the time of 32 wide ones). */
+static bool wide_tiles_pay(struct matmul_dims d)
+{
+    const int64_t sms = kl_sm_count(), rows = matmul_blocks(d.m, V7_BM);
+    const int64_t wide = rows * matmul_blocks(d.n, V7_BN_WIDE);
+    const int64_t narrow = rows * matmul_blocks(d.n, V7_BN_NARROW);
+    const int64_t wide_cost = 100 * ((wide + sms - 1) / sms);
+    const int64_t last = narrow % (2 * sms);
+    const int64_t narrow_cost =
+        104 * (narrow / (2 * sms)) + (last == 0 ? 0 : last <= sms ? 60 : 104);
+    return wide_cost < narrow_cost;
+}
+
 extern "C" void matmul_v7(const void *a, const void *b, void *c, struct matmul_dims d,
                           enum dtype t, cudaStream_t s)
 {
-    if (t == DT_FP32)
-        launch((const float *)a, (const float *)b, (float *)c, d, s);
-    else
-        launch((const __half *)a, (const __half *)b, (__half *)c, d, s);
+    if (t == DT_FP32 && wide_tiles_pay(d))
+        launch_width<float, V7_BN_WIDE>((const float *)a, (const float *)b, (float *)c, d, s);
+    else if (t == DT_FP32)
+        launch_width<float, V7_BN_NARROW>((const float *)a, (const float *)b, (float *)c, d, s);
+    else /* fp16 stages its tiles in registers, and wide tiles lost at every size */
+        launch_width<__half, V7_BN_NARROW>((const __half *)a, (const __half *)b, (__half *)c, d,
+                                           s);
 }
