@@ -58,7 +58,7 @@
 #define V7_BM 128 /* block tile of C */
 #endif
 #ifndef V7_BN_NARROW
-#define V7_BN_NARROW 128 /* the two widths, chosen per problem at launch (pick_width) */
+#define V7_BN_NARROW 128 /* the two widths, chosen per problem at launch (wide_tiles_pay) */
 #endif
 #ifndef V7_BN_WIDE
 #define V7_BN_WIDE 256
