@@ -18,15 +18,20 @@
  *     groups have landed" names the slot. By the end of the gradient pass the next row is
  *     summarised but for its last CE_LAG slots, and its merge follows at once: no second pass
  *     over the copy, and the wait between rows is one copy's latency.
- * The row's head and tail (up to 15 elements around its 16-byte-aligned packs) and its label
- * are loaded into registers one row ahead too. One barrier per row (the merge), with the merge's
- * scratch alternating between two buffers so that no second barrier is needed.
+ * The packs start at the row's first 128-byte boundary, so that a warp's 32 refills (512
+ * bytes) are 4 whole lines of the L2, not parts of 5 shared with the neighbouring warps; the
+ * row's head (up to 63 fp16 or 31 fp32 logits before that boundary) and tail (up to 7 after the
+ * last pack) and its label are loaded into registers one row ahead too. The refills also ask
+ * the L2 for whole lines when they miss (`.L2::128B`).
+ * One barrier per row (the merge), with the merge's scratch alternating between two buffers so
+ * that no second barrier is needed. The merge takes the maximum first, in one instruction
+ * (`redux.sync` on the floats' bits, ordered as unsigned integers), then rescales each sum
+ * once and adds them: a shorter chain than five rounds of v4's pairwise merge, which every
+ * warp of the block waits for at each row.
  * Per logit the loops do as little as they can, since an fp16 row brings two logits for
- * every 4 bytes: the label is looked for once per pack, not compared with every logit, and the
- * gradient is one FADD, one FFMA and one exp (ce_gradient_term), with the label's -1/N added
- * by the one thread that holds it.
- * The refills ask the L2 for whole 128-byte lines (`.L2::128B`), since a warp's 32 refills
- * (512 bytes) rarely start or end on a line.
+ * every 4 bytes: the gradient is one FADD, one FFMA and one exp (ce_gradient_term), with the
+ * label's -1/N added by the one thread that holds it, and in fwd_bwd the label's logit is
+ * read once a row, by thread 0, a row ahead, so the gradient loop is the backward's.
  * What changed from v4: the copy is refilled as it is used, so a block always has loads in
  * flight; the gradient pass also summarises the next row; the head, tail and label are
  * fetched a row early; fewer instructions per logit.
@@ -45,18 +50,34 @@
 #define MAX_THREADS 1024
 
 #ifndef CE_LAG
-#define CE_LAG 2 /* gradient passes: slots refilled before the oldest refill is summarised */
+#define CE_LAG 3 /* gradient passes: slots refilled before the oldest refill is summarised */
 #endif
 
 static __device__ float partial_sums[CE_MAX_BLOCKS];
 static __device__ unsigned blocks_done;
 
-/* What a thread holds of a row besides its slots: the row's split, its label, and the head or
- * tail element whose index is this thread's (-FLT_MAX where there is none). */
+/* A row split for v7: its packs start at the first 128-byte boundary (see above). */
+template <typename T> __device__ __forceinline__ ce_row_split ce_split_row_at_line(const T *row, int n)
+{
+    constexpr int W = pack16<T>::width, LINE = 128 / (int)sizeof(T);
+    const int off = (int)(((uintptr_t)row & 127) / sizeof(T));
+    ce_row_split r;
+    r.head = off ? LINE - off : 0;
+    if (r.head > n)
+        r.head = n;
+    r.n_packs = (n - r.head) / W;
+    r.tail = n - r.head - r.n_packs * W;
+    return r;
+}
+
+/* What a thread holds of a row besides its slots: the row's split, its label, the head or tail
+ * element whose index is this thread's (-FLT_MAX where there is none), and in thread 0 of the
+ * gradient kernels the label's logit. */
 struct ce_row_edges {
     ce_row_split split;
     int32_t label;
     float head_v, tail_v;
+    float label_v;
 };
 
 /* This thread's head and tail elements of row xr, split as e.split, into registers. */
@@ -70,16 +91,20 @@ __device__ __forceinline__ void ce_load_edge_values(const T *xr, ce_row_edges &e
                    : -FLT_MAX;
 }
 
-/* Loads row r's split, label, and this thread's head and tail elements into registers. */
-template <typename T>
+/* Loads row r's split, label, this thread's head and tail elements and, in thread 0 if asked
+ * for, the label's logit into registers. */
+template <typename T, bool LABEL_LOGIT>
 __device__ __forceinline__ ce_row_edges ce_fetch_edges(const T *x, const int32_t *labels,
                                                        size_t r, int n_classes)
 {
     const T *xr = x + r * (size_t)n_classes;
     ce_row_edges e;
-    e.split = ce_split_row(xr, n_classes);
+    e.split = ce_split_row_at_line(xr, n_classes);
     e.label = labels[r];
     ce_load_edge_values(xr, e);
+    e.label_v = LABEL_LOGIT && threadIdx.x == 0 && ce_label_ok(e.label, n_classes)
+                    ? to_float(xr[e.label])
+                    : 0.f;
     return e;
 }
 
@@ -92,7 +117,7 @@ __device__ __forceinline__ ce_row_edges ce_fetch_row(const T *x, const int32_t *
     const int t = threadIdx.x;
     const T *xr = x + r * (size_t)n_classes;
     ce_row_edges a;
-    a.split = ce_split_row(xr, n_classes);
+    a.split = ce_split_row_at_line(xr, n_classes);
     a.label = labels[r];
     const uint4 *packs = reinterpret_cast<const uint4 *>(xr + a.split.head);
     for (int q = t; q < a.split.n_packs; q += blockDim.x)
@@ -107,7 +132,7 @@ __device__ __forceinline__ const uint4 *ce_row_packs(const T *x, size_t r, size_
                                                      int n_classes, int *n_packs)
 {
     const T *xr = x + (r < n_rows ? r : 0) * (size_t)n_classes;
-    const ce_row_split s = ce_split_row(xr, n_classes);
+    const ce_row_split s = ce_split_row_at_line(xr, n_classes);
     *n_packs = r < n_rows ? s.n_packs : 0;
     return reinterpret_cast<const uint4 *>(xr + s.head);
 }
@@ -138,6 +163,36 @@ __device__ __forceinline__ void ce_refill(uint4 *slot, const uint4 *packs, int q
     kl_copies_commit();
 }
 
+/* A float's bits as an unsigned integer that orders as the float does (negative floats count
+ * down from 0x7fffffff, positive ones up from 0x80000000), and back. */
+__device__ __forceinline__ unsigned ce_ordered_bits(float f)
+{
+    const unsigned u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
+__device__ __forceinline__ float ce_float_of_ordered_bits(unsigned k)
+{
+    return __uint_as_float((k & 0x80000000u) ? k & 0x7fffffffu : ~k);
+}
+
+/* The warp's (m, s) in every lane: the maximum in one redux.sync, each lane's sum rescaled to it
+ * once, then the sums added by v3's butterfly (the same bits in every lane). */
+__device__ __forceinline__ ce_online ce_warp_merge_max_first(ce_online st)
+{
+    const float m = ce_float_of_ordered_bits(__reduce_max_sync(CE_FULL_MASK, ce_ordered_bits(st.m)));
+    return {m, ce_warp_sum(st.s * ce_exp(st.m - m))};
+}
+
+/* Waits for this thread's copies but the newest `spare` (0 or 1) groups. */
+__device__ __forceinline__ void ce_wait_but_spare(int spare)
+{
+    if (spare)
+        kl_copies_wait<1>();
+    else
+        kl_copies_wait<0>();
+}
+
 /* The block's (m, s), returned to every thread, after one barrier. part alternates between two
  * buffers from row to row, so that a fast warp writing the next row's value never overwrites
  * one a slow warp has still to read. */
@@ -145,11 +200,11 @@ __device__ __forceinline__ ce_online ce_block_merge_alternating(ce_online (*part
                                                                 ce_online st)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    st = ce_warp_merge(st);
+    st = ce_warp_merge_max_first(st);
     if (lane == 0)
         part[i & 1][warp] = st;
     __syncthreads();
-    return ce_warp_merge(lane < warps ? part[i & 1][lane] : ce_online_empty());
+    return ce_warp_merge_max_first(lane < warps ? part[i & 1][lane] : ce_online_empty());
 }
 
 template <typename T> __device__ __forceinline__ void ce_unpack(uint4 raw, float *f)
@@ -181,30 +236,6 @@ __device__ __forceinline__ ce_online ce_push_edges(ce_online st, const ce_row_ed
     if ((int)threadIdx.x < e.split.tail)
         st = ce_online_push<1>(st, &e.tail_v);
     return st;
-}
-
-/* The label's logit, if it is the one at `at` (0 to W - 1) of these W. */
-template <int W>
-__device__ __forceinline__ void ce_pick_label(const float *f, int at, float *x_label,
-                                              bool *has_label)
-{
-    if ((unsigned)at < (unsigned)W) {
-#pragma unroll
-        for (int j = 0; j < W; j++)
-            *x_label = j == at ? f[j] : *x_label;
-        *has_label = true;
-    }
-}
-
-/* The label's logit, if it is this thread's head or tail element. */
-__device__ __forceinline__ void ce_pick_label_edges(const ce_row_edges &e, int W, float *x_label,
-                                                    bool *has_label)
-{
-    const int t = threadIdx.x;
-    ce_pick_label<1>(&e.head_v, t < e.split.head ? e.label - t : -1, x_label, has_label);
-    ce_pick_label<1>(&e.tail_v,
-                     t < e.split.tail ? e.label - (e.split.head + e.split.n_packs * W + t) : -1,
-                     x_label, has_label);
 }
 
 /* Forward: one pass a row. A thread waits for its slots of the row, summarises them, and at
@@ -324,11 +355,8 @@ __global__ void __launch_bounds__(MAX_THREADS)
         ce_refill(mine + G * (len + k), packs_next, t + G * k, n_packs_next);
     ce_row_edges ahead = {};
     if (row < n_rows)
-        ahead = ce_fetch_edges(x, labels, row, n_classes);
-    if (spare)
-        kl_copies_wait<1>();
-    else
-        kl_copies_wait<0>();
+        ahead = ce_fetch_edges<T, LOSS>(x, labels, row, n_classes);
+    ce_wait_but_spare(spare);
     ce_online st = ce_online_empty();
     for (int k = 0; k < len; k++)
         st = ce_push_held<T>(st, mine + G * k, t + G * k < n_packs);
@@ -344,14 +372,12 @@ __global__ void __launch_bounds__(MAX_THREADS)
         const float log_sum = logf(rs.s);
         const ce_gradient_row g = ce_gradient_of_row(rs.m, log_sum, inv_rows);
         if (next < n_rows)
-            ahead = ce_fetch_edges(x, labels, next, n_classes);
+            ahead = ce_fetch_edges<T, LOSS>(x, labels, next, n_classes);
         packs = ce_row_packs(x, next, n_rows, n_classes, &n_packs);
         packs_next = ce_row_packs(x, next + gridDim.x, n_rows, n_classes, &n_packs_next);
 
         T *dr = dx + row * (size_t)n_classes;
         uint4 *dp = reinterpret_cast<uint4 *>(dr + cur.split.head);
-        float x_label = 0.f;
-        bool has_label = false;
         st = ce_online_empty();
         int slot = first;
         int lagging = first + len < ring_len ? first + len : first + len - ring_len;
@@ -362,8 +388,6 @@ __global__ void __launch_bounds__(MAX_THREADS)
                 float f[W];
                 ce_unpack<T>(mine[G * slot], f);
                 const int at = body - q * W; /* the label's place in this pack, if it is here */
-                if (LOSS)
-                    ce_pick_label<W>(f, at, &x_label, &has_label);
 #pragma unroll
                 for (int j = 0; j < W; j++)
                     f[j] = ce_gradient_term(f[j], g);
@@ -390,10 +414,7 @@ __global__ void __launch_bounds__(MAX_THREADS)
                 summarised++;
             }
         }
-        if (spare)
-            kl_copies_wait<1>();
-        else
-            kl_copies_wait<0>();
+        ce_wait_but_spare(spare);
         for (; summarised < len; summarised++) {
             st = ce_push_held<T>(st, mine + G * lagging, t + G * summarised < n_packs);
             lagging = lagging + 1 < ring_len ? lagging + 1 : 0;
@@ -409,17 +430,11 @@ __global__ void __launch_bounds__(MAX_THREADS)
             dr[c] = from_float<T>(
                 ok ? ce_gradient(cur.tail_v, rs.m, log_sum, c == cur.label, inv_rows) : ce_nan());
         }
-        if (LOSS) {
-            if (ok)
-                ce_pick_label_edges(cur, W, &x_label, &has_label);
-            if (has_label)
-                loss_sum += ce_row_loss(rs.m, log_sum, x_label);
-            if (!ok && t == 0)
-                loss_sum += ce_nan();
-        }
+        if (LOSS && t == 0)
+            loss_sum += ok ? ce_row_loss(rs.m, log_sum, cur.label_v) : ce_nan();
     }
-    if (LOSS)
-        ce_finish_mean(ce_block_sum(loss_sum), loss, n_rows, partial_sums, &blocks_done);
+    if (LOSS) /* the block's sum is thread 0's */
+        ce_finish_mean(loss_sum, loss, n_rows, partial_sums, &blocks_done);
 }
 
 /* ---- host ---- */
@@ -459,17 +474,14 @@ static bool plan_ring(const void *kernel, size_t *room, int n_classes, int width
 
 /* Gives the gradient kernel's threads CE_SPARE more slots each where every thread holds a pack
  * of each row and the larger ring fits as many blocks an SM as the plain one. */
-static void plan_spare(const void *kernel, size_t room, size_t n_rows, struct ring_plan *p)
+static void plan_spare(const void *kernel, size_t room, struct ring_plan *p)
 {
     const size_t bytes = p->bytes + (size_t)CE_SPARE * (size_t)p->threads * 16;
     if (!CE_SPARE || p->n_slots < p->threads || bytes > room ||
         kl_blocks_per_sm(kernel, p->threads, bytes) < kl_blocks_per_sm(kernel, p->threads, p->bytes))
         return;
     p->spare = CE_SPARE;
-    p->bytes = bytes;
-    size_t b = (size_t)kl_sm_count() * (size_t)kl_blocks_per_sm(kernel, p->threads, p->bytes);
-    b = b < n_rows ? b : n_rows;
-    p->blocks = (unsigned)(b < CE_MAX_BLOCKS ? b : CE_MAX_BLOCKS);
+    p->bytes = bytes; /* same blocks an SM, so the grid stands */
 }
 
 template <typename T>
@@ -495,7 +507,7 @@ static bool launch_grad(const T *x, const int32_t *labels, float *loss, T *dx, s
     if (!plan_ring((const void *)ce_pipelined_grad<T, LOSS>, &room, n_classes, pack16<T>::width,
                    n_rows, &p))
         return false;
-    plan_spare((const void *)ce_pipelined_grad<T, LOSS>, room, n_rows, &p);
+    plan_spare((const void *)ce_pipelined_grad<T, LOSS>, room, &p);
     ce_pipelined_grad<T, LOSS><<<p.blocks, p.threads, p.bytes, s>>>(
         x, labels, loss, dx, n_rows, n_classes, p.n_slots, p.spare, 1.f / (float)n_rows);
     LAUNCH_CHECK();
