@@ -180,7 +180,11 @@ __device__ __forceinline__ float ce_float_of_ordered_bits(unsigned k)
  * once, then the sums added by v3's butterfly (the same bits in every lane). */
 __device__ __forceinline__ ce_online ce_warp_merge_max_first(ce_online st)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const float m = ce_float_of_ordered_bits(__reduce_max_sync(CE_FULL_MASK, ce_ordered_bits(st.m)));
+#else
+    const float m = ce_warp_max(st.m); /* redux.sync needs compute capability 8.0 */
+#endif
     return {m, ce_warp_sum(st.s * ce_exp(st.m - m))};
 }
 
