@@ -247,12 +247,14 @@ template <typename T> __device__ __forceinline__ int ce_misalignment(const T *p)
     return (int)(((uintptr_t)p & 15) / sizeof(T));
 }
 
-template <typename T> __device__ __forceinline__ ce_row_split ce_split_row(const T *row, int n)
+/* A row split at its first ALIGN-byte boundary (16: the first pack; v7 takes 128, a line). */
+template <typename T, int ALIGN = 16>
+__device__ __forceinline__ ce_row_split ce_split_row(const T *row, int n)
 {
-    constexpr int W = pack16<T>::width;
-    const int off = ce_misalignment(row);
+    constexpr int W = pack16<T>::width, STEP = ALIGN / (int)sizeof(T);
+    const int off = (int)(((uintptr_t)row & (ALIGN - 1)) / sizeof(T));
     ce_row_split r;
-    r.head = off ? W - off : 0;
+    r.head = off ? STEP - off : 0;
     if (r.head > n)
         r.head = n;
     r.n_packs = (n - r.head) / W;

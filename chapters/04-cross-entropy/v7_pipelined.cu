@@ -56,20 +56,6 @@
 static __device__ float partial_sums[CE_MAX_BLOCKS];
 static __device__ unsigned blocks_done;
 
-/* A row split for v7: its packs start at the first 128-byte boundary (see above). */
-template <typename T> __device__ __forceinline__ ce_row_split ce_split_row_at_line(const T *row, int n)
-{
-    constexpr int W = pack16<T>::width, LINE = 128 / (int)sizeof(T);
-    const int off = (int)(((uintptr_t)row & 127) / sizeof(T));
-    ce_row_split r;
-    r.head = off ? LINE - off : 0;
-    if (r.head > n)
-        r.head = n;
-    r.n_packs = (n - r.head) / W;
-    r.tail = n - r.head - r.n_packs * W;
-    return r;
-}
-
 /* What a thread holds of a row besides its slots: the row's split, its label, the head or tail
  * element whose index is this thread's (-FLT_MAX where there is none), and in thread 0 of the
  * gradient kernels the label's logit. */
@@ -99,7 +85,7 @@ __device__ __forceinline__ ce_row_edges ce_fetch_edges(const T *x, const int32_t
 {
     const T *xr = x + r * (size_t)n_classes;
     ce_row_edges e;
-    e.split = ce_split_row_at_line(xr, n_classes);
+    e.split = ce_split_row<T, 128>(xr, n_classes);
     e.label = labels[r];
     ce_load_edge_values(xr, e);
     e.label_v = LABEL_LOGIT && threadIdx.x == 0 && ce_label_ok(e.label, n_classes)
@@ -117,7 +103,7 @@ __device__ __forceinline__ ce_row_edges ce_fetch_row(const T *x, const int32_t *
     const int t = threadIdx.x;
     const T *xr = x + r * (size_t)n_classes;
     ce_row_edges a;
-    a.split = ce_split_row_at_line(xr, n_classes);
+    a.split = ce_split_row<T, 128>(xr, n_classes);
     a.label = labels[r];
     const uint4 *packs = reinterpret_cast<const uint4 *>(xr + a.split.head);
     for (int q = t; q < a.split.n_packs; q += blockDim.x)
@@ -132,7 +118,7 @@ __device__ __forceinline__ const uint4 *ce_row_packs(const T *x, size_t r, size_
                                                      int n_classes, int *n_packs)
 {
     const T *xr = x + (r < n_rows ? r : 0) * (size_t)n_classes;
-    const ce_row_split s = ce_split_row_at_line(xr, n_classes);
+    const ce_row_split s = ce_split_row<T, 128>(xr, n_classes);
     *n_packs = r < n_rows ? s.n_packs : 0;
     return reinterpret_cast<const uint4 *>(xr + s.head);
 }
