@@ -167,7 +167,8 @@ __device__ __forceinline__ float ce_float_of_ordered_bits(unsigned k)
 __device__ __forceinline__ ce_online ce_warp_merge_max_first(ce_online st)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const float m = ce_float_of_ordered_bits(__reduce_max_sync(CE_FULL_MASK, ce_ordered_bits(st.m)));
+    const unsigned top = __reduce_max_sync(CE_FULL_MASK, ce_ordered_bits(st.m));
+    const float m = ce_float_of_ordered_bits(top);
 #else
     const float m = ce_warp_max(st.m); /* redux.sync needs compute capability 8.0 */
 #endif
@@ -468,7 +469,8 @@ static void plan_spare(const void *kernel, size_t room, struct ring_plan *p)
 {
     const size_t bytes = p->bytes + (size_t)CE_SPARE * (size_t)p->threads * 16;
     if (!CE_SPARE || p->n_slots < p->threads || bytes > room ||
-        kl_blocks_per_sm(kernel, p->threads, bytes) < kl_blocks_per_sm(kernel, p->threads, p->bytes))
+        kl_blocks_per_sm(kernel, p->threads, bytes) <
+            kl_blocks_per_sm(kernel, p->threads, p->bytes))
         return;
     p->spare = CE_SPARE;
     p->bytes = bytes; /* same blocks an SM, so the grid stands */
