@@ -10,13 +10,21 @@
 
 #include <cuda_runtime.h>
 
-/* 16 bytes from global to shared memory; `.cg` leaves L1 alone (the data is used once). */
+/* 16 bytes from global to shared memory; `.cg` leaves L1 alone (the data is used once).
+ * WHOLE_LINE asks the L2, when the copy misses, for the whole 128-byte line around the 16 bytes
+ * (`.L2::128B`) rather than the sectors they touch. */
+template <bool WHOLE_LINE = false>
 __device__ __forceinline__ void kl_copy16_async(uint4 *to, const uint4 *from)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned shared = (unsigned)__cvta_generic_to_shared(to);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(from)
-                 : "memory");
+    if constexpr (WHOLE_LINE)
+        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(shared),
+                     "l"(from)
+                     : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(from)
+                     : "memory");
 #else
     *to = *from;
 #endif

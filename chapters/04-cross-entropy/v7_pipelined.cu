@@ -123,21 +123,6 @@ __device__ __forceinline__ const uint4 *ce_row_packs(const T *x, size_t r, size_
     return reinterpret_cast<const uint4 *>(xr + s.head);
 }
 
-/* kl_copy16_async that asks the L2, when the copy misses, for the whole 128-byte line around
- * its 16 bytes (`.L2::128B`) rather than the sectors it touches: a line that a warp's refills
- * share with the neighbouring warp's, or with the next row's, is then fetched from DRAM once,
- * whichever warp comes first. */
-__device__ __forceinline__ void ce_copy16_async_whole_line(uint4 *to, const uint4 *from)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned shared = (unsigned)__cvta_generic_to_shared(to);
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(shared), "l"(from)
-                 : "memory");
-#else
-    kl_copy16_async(to, from);
-#endif
-}
-
 /* Refills `slot` with pack q of a row, as a copy group of its own, empty where the row has no
  * pack q: every thread commits exactly one group per slot it owns per row, so the k-th group
  * it committed is always its k-th refill, and "all but the newest n groups have landed" names
@@ -145,7 +130,7 @@ __device__ __forceinline__ void ce_copy16_async_whole_line(uint4 *to, const uint
 __device__ __forceinline__ void ce_refill(uint4 *slot, const uint4 *packs, int q, int n_packs)
 {
     if (q < n_packs)
-        ce_copy16_async_whole_line(slot, packs + q);
+        kl_copy16_async<true>(slot, packs + q); /* whole lines: see the header */
     kl_copies_commit();
 }
 
