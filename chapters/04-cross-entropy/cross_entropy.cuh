@@ -210,19 +210,20 @@ __device__ __forceinline__ ce_online ce_block_merge(ce_online st)
 __device__ __forceinline__ void ce_finish_mean(float block_sum, float *loss, size_t n_rows,
                                                float *partials, unsigned *done)
 {
-    __shared__ bool last;
     if (gridDim.x == 1) {
         if (threadIdx.x == 0)
             *loss = block_sum / (float)n_rows;
         return;
     }
+    bool last = false;
     if (threadIdx.x == 0) {
         partials[blockIdx.x] = block_sum;
         __threadfence(); /* the partial is visible everywhere before the count says so */
         last = atomicAdd(done, 1u) == gridDim.x - 1;
     }
-    __syncthreads();
-    if (!last)
+    /* Thread 0's answer reaches the block through the barrier itself, not a shared variable:
+     * v7's static shared memory then stays a whole number of 128-byte lines (its ring_plan). */
+    if (!__syncthreads_or(last))
         return;
     __threadfence();
     float sum = 0.f;

@@ -22,7 +22,12 @@
  * bytes) are 4 whole lines of the L2, not parts of 5 shared with the neighbouring warps; the
  * row's head (up to 63 fp16 or 31 fp32 logits before that boundary) and tail (up to 7 after the
  * last pack) and its label are loaded into registers one row ahead too. The refills also ask
- * the L2 for whole lines when they miss (`.L2::128B`).
+ * the L2 for whole lines when they miss (`.L2::128B`). A refill's 16 bytes then keep their place
+ * in the line only if the ring starts on a 128-byte boundary of shared memory too. Dynamic shared
+ * memory starts where the kernel's static variables end, and is promised only 16-byte alignment
+ * (`__align__` on an `extern __shared__` array is not honoured): every kernel here keeps its
+ * static shared memory a whole number of lines (512 bytes of merge scratch, plus 128 for the
+ * mean's block sum in the loss kernels; see ce_finish_mean).
  * One barrier per row (the merge), with the merge's scratch alternating between two buffers so
  * that no second barrier is needed. The merge takes the maximum first, in one instruction
  * (`redux.sync` on the floats' bits, ordered as unsigned integers), then rescales each sum
