@@ -222,7 +222,7 @@ __device__ __forceinline__ void ce_finish_mean(float block_sum, float *loss, siz
         last = atomicAdd(done, 1u) == gridDim.x - 1;
     }
     /* Thread 0's answer reaches the block through the barrier itself, not a shared variable:
-     * v7's static shared memory then stays a whole number of 128-byte lines (its ring_plan). */
+     * the static shared memory of v7's loss kernels stays five 128-byte lines (v7's header). */
     if (!__syncthreads_or(last))
         return;
     __threadfence();
