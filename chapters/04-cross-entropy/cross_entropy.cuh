@@ -243,9 +243,10 @@ struct ce_row_split {
     int head, n_packs, tail;
 };
 
-template <typename T> __device__ __forceinline__ int ce_misalignment(const T *p)
+/* How many elements p lies past an ALIGN-byte boundary. */
+template <typename T, int ALIGN = 16> __device__ __forceinline__ int ce_misalignment(const T *p)
 {
-    return (int)(((uintptr_t)p & 15) / sizeof(T));
+    return (int)(((uintptr_t)p & (ALIGN - 1)) / sizeof(T));
 }
 
 /* A row split at its first ALIGN-byte boundary (16: the first pack; v7 takes 128, a line). */
@@ -253,7 +254,7 @@ template <typename T, int ALIGN = 16>
 __device__ __forceinline__ ce_row_split ce_split_row(const T *row, int n)
 {
     constexpr int W = pack16<T>::width, STEP = ALIGN / (int)sizeof(T);
-    const int off = (int)(((uintptr_t)row & (ALIGN - 1)) / sizeof(T));
+    const int off = ce_misalignment<T, ALIGN>(row);
     ce_row_split r;
     r.head = off ? STEP - off : 0;
     if (r.head > n)
