@@ -21,7 +21,8 @@
  * The packs start at the row's first 128-byte boundary, so that a warp's 32 refills (512
  * bytes) are 4 whole lines of the L2, not parts of 5 shared with the neighbouring warps; the
  * row's head (up to 63 fp16 or 31 fp32 logits before that boundary) and tail (up to 7 after the
- * last pack) and its label are loaded into registers one row ahead too. The refills also ask
+ * last pack) and its label are loaded into registers one row ahead too, and kept in T until the
+ * row is used, so that no warp waits for those loads where they are issued. The refills also ask
  * the L2 for whole lines when they miss (`.L2::128B`). A refill's 16 bytes then keep their place
  * in the line only if the ring starts on a 128-byte boundary of shared memory too. Dynamic shared
  * memory starts where the kernel's static variables end, and is promised only 16-byte alignment
@@ -62,52 +63,51 @@ static __device__ float partial_sums[CE_MAX_BLOCKS];
 static __device__ unsigned blocks_done;
 
 /* What a thread holds of a row besides its slots: the row's split, its label, the head or tail
- * element whose index is this thread's (-FLT_MAX where there is none), and in thread 0 of the
- * gradient kernels the label's logit. */
-struct ce_row_edges {
+ * element whose index is this thread's (0 where there is none), and in thread 0 of the gradient
+ * kernels the label's logit. The logits stay as loaded, in T, until the row is used: converting
+ * an fp16 logit to float as it is fetched would make every warp wait there for the load. */
+template <typename T> struct ce_row_edges {
     ce_row_split split;
     int32_t label;
-    float head_v, tail_v;
-    float label_v;
+    T head_v, tail_v;
+    T label_v;
 };
 
 /* This thread's head and tail elements of row xr, split as e.split, into registers. */
 template <typename T>
-__device__ __forceinline__ void ce_load_edge_values(const T *xr, ce_row_edges &e)
+__device__ __forceinline__ void ce_load_edge_values(const T *xr, ce_row_edges<T> &e)
 {
     const int t = threadIdx.x;
-    e.head_v = t < e.split.head ? to_float(xr[t]) : -FLT_MAX;
-    e.tail_v = t < e.split.tail
-                   ? to_float(xr[e.split.head + e.split.n_packs * pack16<T>::width + t])
-                   : -FLT_MAX;
+    e.head_v = t < e.split.head ? xr[t] : T{};
+    e.tail_v = t < e.split.tail ? xr[e.split.head + e.split.n_packs * pack16<T>::width + t] : T{};
 }
 
 /* Loads row r's split, label, this thread's head and tail elements and, in thread 0 if asked
  * for, the label's logit into registers. */
 template <typename T, bool LABEL_LOGIT>
-__device__ __forceinline__ ce_row_edges ce_fetch_edges(const T *x, const int32_t *labels,
-                                                       size_t r, int n_classes)
+__device__ __forceinline__ ce_row_edges<T> ce_fetch_edges(const T *x, const int32_t *labels,
+                                                          size_t r, int n_classes)
 {
     const T *xr = x + r * (size_t)n_classes;
-    ce_row_edges e;
+    ce_row_edges<T> e;
     e.split = ce_split_row<T, 128>(xr, n_classes);
     e.label = labels[r];
     ce_load_edge_values(xr, e);
     e.label_v = LABEL_LOGIT && threadIdx.x == 0 && ce_label_ok(e.label, n_classes)
-                    ? to_float(xr[e.label])
-                    : 0.f;
+                    ? xr[e.label]
+                    : T{};
     return e;
 }
 
 /* Starts fetching row r for the forward: this thread's packs into their slots (the caller
  * commits), its head and tail elements and the label into registers. */
 template <typename T>
-__device__ __forceinline__ ce_row_edges ce_fetch_row(const T *x, const int32_t *labels, size_t r,
-                                                     int n_classes, uint4 *ring)
+__device__ __forceinline__ ce_row_edges<T> ce_fetch_row(const T *x, const int32_t *labels,
+                                                        size_t r, int n_classes, uint4 *ring)
 {
     const int t = threadIdx.x;
     const T *xr = x + r * (size_t)n_classes;
-    ce_row_edges a;
+    ce_row_edges<T> a;
     a.split = ce_split_row<T, 128>(xr, n_classes);
     a.label = labels[r];
     const uint4 *packs = reinterpret_cast<const uint4 *>(xr + a.split.head);
@@ -210,12 +210,14 @@ __device__ __forceinline__ ce_online ce_push_held(ce_online st, const uint4 *hel
 }
 
 /* The row's head and tail elements into the summary. */
-__device__ __forceinline__ ce_online ce_push_edges(ce_online st, const ce_row_edges &e)
+template <typename T>
+__device__ __forceinline__ ce_online ce_push_edges(ce_online st, const ce_row_edges<T> &e)
 {
+    const float head = to_float(e.head_v), tail = to_float(e.tail_v);
     if ((int)threadIdx.x < e.split.head)
-        st = ce_online_push<1>(st, &e.head_v);
+        st = ce_online_push<1>(st, &head);
     if ((int)threadIdx.x < e.split.tail)
-        st = ce_online_push<1>(st, &e.tail_v);
+        st = ce_online_push<1>(st, &tail);
     return st;
 }
 
@@ -237,12 +239,12 @@ __global__ void __launch_bounds__(MAX_THREADS)
     float loss_sum = 0.f; /* this thread's loss terms */
 
     size_t row = blockIdx.x;
-    ce_row_edges ahead = {};
+    ce_row_edges<T> ahead = {};
     if (row < n_rows)
         ahead = ce_fetch_row(x, labels, row, n_classes, ring);
     kl_copies_commit();
     for (int i = 0; row < n_rows; i++, row += gridDim.x) {
-        const ce_row_edges cur = ahead;
+        const ce_row_edges<T> cur = ahead;
         const size_t next = row + gridDim.x;
         const int32_t label = cur.label;
         const bool ok = ce_label_ok(label, n_classes);
@@ -269,19 +271,14 @@ __global__ void __launch_bounds__(MAX_THREADS)
             }
             st = ce_online_push<W>(st, f);
         }
-        if (t < cur.split.head) {
-            st = ce_online_push<1>(st, &cur.head_v);
-            if (t == label) {
-                x_label = cur.head_v;
-                has_label = true;
-            }
+        st = ce_push_edges(st, cur);
+        if (t < cur.split.head && t == label) {
+            x_label = to_float(cur.head_v);
+            has_label = true;
         }
-        if (t < cur.split.tail) {
-            st = ce_online_push<1>(st, &cur.tail_v);
-            if (cur.split.head + cur.split.n_packs * W + t == label) {
-                x_label = cur.tail_v;
-                has_label = true;
-            }
+        if (t < cur.split.tail && cur.split.head + cur.split.n_packs * W + t == label) {
+            x_label = to_float(cur.tail_v);
+            has_label = true;
         }
         /* The slots are read, so the next row may come in during the merge. */
         if (next < n_rows)
@@ -334,7 +331,7 @@ __global__ void __launch_bounds__(MAX_THREADS)
     const uint4 *packs_next = ce_row_packs(x, row + gridDim.x, n_rows, n_classes, &n_packs_next);
     for (int k = 0; k < spare; k++)
         ce_refill(mine + G * (len + k), packs_next, t + G * k, n_packs_next);
-    ce_row_edges ahead = {};
+    ce_row_edges<T> ahead = {};
     if (row < n_rows)
         ahead = ce_fetch_edges<T, LOSS>(x, labels, row, n_classes);
     ce_wait_but_spare(spare);
@@ -345,7 +342,7 @@ __global__ void __launch_bounds__(MAX_THREADS)
 
     int first = 0; /* the slot of this thread's first pack of the row */
     for (int i = 0; row < n_rows; i++, row += gridDim.x) {
-        const ce_row_edges cur = ahead;
+        const ce_row_edges<T> cur = ahead;
         const size_t next = row + gridDim.x;
         const bool ok = ce_label_ok(cur.label, n_classes);
         const int body = ok ? cur.label - cur.split.head : -1;
@@ -404,15 +401,17 @@ __global__ void __launch_bounds__(MAX_THREADS)
         first = first + len < ring_len ? first + len : first + len - ring_len;
 
         if (t < cur.split.head)
-            dr[t] = from_float<T>(
-                ok ? ce_gradient(cur.head_v, rs.m, log_sum, t == cur.label, inv_rows) : ce_nan());
+            dr[t] = from_float<T>(ok ? ce_gradient(to_float(cur.head_v), rs.m, log_sum,
+                                                   t == cur.label, inv_rows)
+                                     : ce_nan());
         if (t < cur.split.tail) {
             const int c = cur.split.head + cur.split.n_packs * W + t;
-            dr[c] = from_float<T>(
-                ok ? ce_gradient(cur.tail_v, rs.m, log_sum, c == cur.label, inv_rows) : ce_nan());
+            dr[c] = from_float<T>(ok ? ce_gradient(to_float(cur.tail_v), rs.m, log_sum,
+                                                   c == cur.label, inv_rows)
+                                     : ce_nan());
         }
         if (LOSS && t == 0)
-            loss_sum += ok ? ce_row_loss(rs.m, log_sum, cur.label_v) : ce_nan();
+            loss_sum += ok ? ce_row_loss(rs.m, log_sum, to_float(cur.label_v)) : ce_nan();
     }
     if (LOSS) /* the block's sum is thread 0's */
         ce_finish_mean(loss_sum, loss, n_rows, partial_sums, &blocks_done);
