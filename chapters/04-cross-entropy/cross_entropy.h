@@ -40,6 +40,11 @@ CE_RUNG(vendor)
 void ce_v5_launch(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,
                   size_t n_classes, enum dtype t, bool early, cudaStream_t s);
 
+/* v7's kernels' static shared memory in bytes modulo 128, OR-ed over all of them. A kernel's
+ * ring, in dynamic shared memory, starts where its static variables end, so 0 means every ring
+ * starts on a 128-byte line, as its refills need (for the tests). */
+size_t ce_v7_ring_misalignment(void);
+
 /* The classroom kernel (exercise.cu): the forward loss only, fp32 only. */
 void ce_forward_exercise(const float *x, const int32_t *labels, float *loss, size_t n_rows,
                          size_t n_classes, cudaStream_t s);
