@@ -34,11 +34,12 @@ TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(OBJ)/%.o)
 PROGRAMS := $(CHAPTERS:%=$(BUILD)/bin/%)
 CEILING := $(BUILD)/bin/05-mma-sync-ceiling
+COPY_CEILING := $(BUILD)/bin/03-copy-ceiling
 
 .PHONY: all help toolkit deps deps-test deps-plots test run bench plots report sanitize clean \
         $(addprefix chapter-,$(foreach c,$(CHAPTERS),$(firstword $(subst -, ,$(c)))))
 
-all: toolkit $(PROGRAMS) $(CEILING) $(BUILD)/bin/tests
+all: toolkit $(PROGRAMS) $(CEILING) $(COPY_CEILING) $(BUILD)/bin/tests
 
 help:
 	@echo "make               build every chapter and the tests"
@@ -107,6 +108,12 @@ $(CEILING): $(OBJ)/chapters/05-matmul/ceiling/mma_sync_ceiling.o $(OBJ)/common/c
 	@mkdir -p $(dir $@)
 	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS)
 
+# Chapter 03's second program: copies of a softmax pass's bytes beside its rungs (see its header).
+$(COPY_CEILING): $(OBJ)/chapters/03-softmax/ceiling/copy_ceiling.o $(COMMON_OBJ) \
+                 $(call chapter_lib_objs,03-softmax)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
 $(BUILD)/bin/tests: $(TEST_OBJ) $(COMMON_OBJ) $(foreach c,$(CHAPTERS),$(call chapter_lib_objs,$(c)))
 	@mkdir -p $(dir $@)
 	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lcriterion
@@ -118,7 +125,7 @@ chapter-%: toolkit
 	$(MAKE) --no-print-directory $(BUILD)/bin/$$ch && ln -sf $(BUILD)/bin/$$ch run && \
 	echo "./run now runs $$ch (try ./run --help)"
 
-test: deps-test toolkit $(BUILD)/bin/tests $(CEILING)
+test: deps-test toolkit $(BUILD)/bin/tests $(CEILING) $(COPY_CEILING)
 	$(BUILD)/bin/tests --jobs 4
 
 run: toolkit $(PROGRAMS)
@@ -136,11 +143,12 @@ report:
 # Every chapter's `sanitize` preset, a small odd shape, keeps the runs short; single launches
 # keep the log readable.
 SANITIZE_FLAGS := --preset sanitize --iters 2 --warmup 1 --no-graph
-# Chapter 05's ceiling program takes no flags; it runs as it is. vendor_mma_sync declines the
-# chapter's preset (it needs N and K multiples of 8), so it also runs alone at a shape it takes.
+# Chapter 05's ceiling program takes no flags; it runs as it is, and chapter 03's at a small odd
+# shape. vendor_mma_sync declines the chapter's preset (it needs N and K multiples of 8), so it
+# also runs alone at a shape it takes.
 SANITIZE_MMA_SYNC := $(BUILD)/bin/05-matmul --variant vendor_mma_sync --dtype fp16 --shape 37x40x48 \
 	--iters 2 --warmup 1 --no-graph
-sanitize: toolkit $(PROGRAMS) $(CEILING)
+sanitize: toolkit $(PROGRAMS) $(CEILING) $(COPY_CEILING)
 	@command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found (it ships with the CUDA toolkit)"; exit 3; }
 	@set -e; for p in $(PROGRAMS); do for tool in memcheck racecheck; do \
 	  echo "== $$tool $$p"; \
@@ -151,6 +159,8 @@ sanitize: toolkit $(PROGRAMS) $(CEILING)
 	  compute-sanitizer --tool $$tool --error-exitcode 1 $(CEILING); \
 	  echo "== $$tool $(SANITIZE_MMA_SYNC)"; \
 	  compute-sanitizer --tool $$tool --error-exitcode 1 $(SANITIZE_MMA_SYNC); \
+	  echo "== $$tool $(COPY_CEILING) --shape 3x7x5x7"; \
+	  compute-sanitizer --tool $$tool --error-exitcode 1 $(COPY_CEILING) --shape 3x7x5x7; \
 	done
 
 clean:

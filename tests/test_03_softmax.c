@@ -3,8 +3,10 @@
 #include <criterion/parameterized.h>
 #include <criterion/redirect.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "check.h"
 #include "gpu.h"
@@ -412,4 +414,44 @@ Test(softmax_program, check_shape_names_the_problem)
     cr_expect(strstr(why, "window") != NULL, "the reason was: %s", why);
     cr_assert_eq(shape_parse("8x10x28x28", &s, why, sizeof why), 0);
     cr_expect_eq(softmax_chapter.check_shape(&s, why, sizeof why), 0);
+}
+
+/* ---- the second program, build/bin/03-copy-ceiling (`make test` builds it) ---- */
+
+/* Runs the copy ceiling with `args`: its exit status, and what it printed. */
+static int run_copy_ceiling(const char *args, char *said, size_t size)
+{
+    char command[256];
+    snprintf(command, sizeof command, "build/bin/03-copy-ceiling %s 2>&1", args);
+    FILE *out = popen(command, "r");
+    cr_assert(out, "cannot start %s", command);
+    const size_t len = fread(said, 1, size - 1, out);
+    said[len] = '\0';
+    const int status = pclose(out);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(softmax_copy_ceiling, refuses_other_flags_and_bad_shapes)
+{
+    char said[512];
+    cr_expect_eq(run_copy_ceiling("--iters 3", said, sizeof said), 2, "it said: %s", said);
+    cr_expect(strstr(said, "takes only --shape NxCxHxW (got '--iters')") != NULL, "it said: %s",
+              said);
+    cr_expect_eq(run_copy_ceiling("--shape", said, sizeof said), 2, "it said: %s", said);
+    cr_expect_eq(run_copy_ceiling("--shape 8x0x28x28", said, sizeof said), 2, "it said: %s",
+                 said);
+    cr_expect(strstr(said, "bad --shape '8x0x28x28'") != NULL, "it said: %s", said);
+}
+
+/* Its copies are checked byte for byte (here 12 bytes in fp32 and 14 in fp16 lie past the last
+ * 16-byte vector)
+ * and the rungs against the reference; any wrong one makes it exit 1. */
+Test(softmax_copy_ceiling, verifies_its_copies_and_rungs)
+{
+    SKIP_WITHOUT_GPU();
+    char said[8192];
+    cr_expect_eq(run_copy_ceiling("--shape 3x7x5x7", said, sizeof said), 0, "it said: %s", said);
+    cr_expect(strstr(said, "every copy and every rung timed verified") != NULL, "it said: %s",
+              said);
+    cr_expect(strstr(said, "fastest rung") != NULL, "it said: %s", said);
 }
