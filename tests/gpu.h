@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "ladder.h"
 
@@ -51,6 +52,20 @@ static inline void expect_checker_passes(const struct chapter *ch, int pass, lau
     cr_assert(log);
     cr_expect_eq(ladder_exercise_verify(ch, &correct, 1u << DT_FP32, 1, log), 0);
     fclose(log);
+}
+
+/* Runs one of the build's programs, `build/bin/NAME ARGS`, stderr with stdout: its exit status
+ * (-1 if it did not exit), and what it printed, cut to `size` - 1 bytes. */
+static inline int run_program(const char *name, const char *args, char *said, size_t size)
+{
+    char command[512];
+    snprintf(command, sizeof command, "build/bin/%s %s 2>&1", name, args ? args : "");
+    FILE *out = popen(command, "r");
+    cr_assert(out, "cannot start %s", command);
+    const size_t len = fread(said, 1, size - 1, out);
+    said[len] = '\0';
+    const int status = pclose(out);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 #endif

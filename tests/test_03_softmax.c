@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "check.h"
 #include "gpu.h"
@@ -421,14 +420,7 @@ Test(softmax_program, check_shape_names_the_problem)
 /* Runs the copy ceiling with `args`: its exit status, and what it printed. */
 static int run_copy_ceiling(const char *args, char *said, size_t size)
 {
-    char command[256];
-    snprintf(command, sizeof command, "build/bin/03-copy-ceiling %s 2>&1", args);
-    FILE *out = popen(command, "r");
-    cr_assert(out, "cannot start %s", command);
-    const size_t len = fread(said, 1, size - 1, out);
-    said[len] = '\0';
-    const int status = pclose(out);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return run_program("03-copy-ceiling", args, said, size);
 }
 
 Test(softmax_copy_ceiling, refuses_other_flags_and_bad_shapes)

@@ -290,14 +290,7 @@ Test(matmul_program, check_shape_names_the_problem)
 /* Runs the ceiling program with `arg` (or none): its exit status, and what it printed. */
 static int run_ceiling(const char *arg, char *said, size_t size)
 {
-    char command[256];
-    snprintf(command, sizeof command, "build/bin/05-mma-sync-ceiling %s 2>&1", arg ? arg : "");
-    FILE *out = popen(command, "r");
-    cr_assert(out, "cannot start %s", command);
-    const size_t len = fread(said, 1, size - 1, out);
-    said[len] = '\0';
-    const int status = pclose(out);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return run_program("05-mma-sync-ceiling", arg, said, size);
 }
 
 Test(matmul_ceiling, refuses_a_flag)
