@@ -42,8 +42,8 @@
 #define A_ROWS 128          /* the block's tile of A: 128 x 64, rows of 128 bytes */
 #define B_COLS 256          /* of B: 64 x 256, rows of 512 bytes */
 
-const uint32_t fp16x2_one = 0x3c003c00u;       /* two fp16 1.0 */
-const uint32_t fp16x2_sixteenth = 0x2c002c00u; /* two fp16 0.0625 */
+#define FP16X2_ONE 0x3c003c00u       /* two fp16 1.0 */
+#define FP16X2_SIXTEENTH 0x2c002c00u /* two fp16 0.0625 */
 
 __device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2])
 {
@@ -69,8 +69,8 @@ __device__ __forceinline__ void record_clock(long long t0, uint64_t ns0, long lo
 __global__ void mma_sync_loop(float *sums, int iterations, long long *cycles_and_ns)
 {
 #if __CUDA_ARCH__ >= 800
-    const uint32_t a[4] = {fp16x2_one, fp16x2_one, fp16x2_one, fp16x2_one};
-    const uint32_t b[2] = {fp16x2_sixteenth, fp16x2_sixteenth};
+    const uint32_t a[4] = {FP16X2_ONE, FP16X2_ONE, FP16X2_ONE, FP16X2_ONE};
+    const uint32_t b[2] = {FP16X2_SIXTEENTH, FP16X2_SIXTEENTH};
     float c[ACCUMULATORS][4] = {};
     const long long t0 = clock64();
     uint64_t ns0;
@@ -147,9 +147,9 @@ __global__ void __launch_bounds__(WARPS_PER_BLOCK * 32, 1)
 #if __CUDA_ARCH__ >= 800
     __shared__ __align__(128) uint32_t tile_a[A_ROWS * 64 / 2], tile_b[64 * B_COLS / 2];
     for (int i = threadIdx.x; i < A_ROWS * 64 / 2; i += blockDim.x)
-        tile_a[i] = fp16x2_one;
+        tile_a[i] = FP16X2_ONE;
     for (int i = threadIdx.x; i < 64 * B_COLS / 2; i += blockDim.x)
-        tile_b[i] = fp16x2_sixteenth;
+        tile_b[i] = FP16X2_SIXTEENTH;
     __syncthreads();
     const uint32_t a_tile = (uint32_t)__cvta_generic_to_shared(tile_a);
     const uint32_t b_tile = (uint32_t)__cvta_generic_to_shared(tile_b);
