@@ -25,17 +25,15 @@ struct run {
     int failed;
 };
 
-static int is_vendor(const struct rung *r)
+int ladder_is_vendor(const struct rung *r)
 {
     return !strcmp(r->name, "vendor");
 }
 
-/* Why rung r cannot run problem p on this GPU, or NULL. */
-static const char *unsupported_reason(const struct run *run, const struct rung *r,
-                                      const struct problem *p)
+const char *ladder_unsupported(const struct rung *r, const struct problem *p, int cc)
 {
     static char why[96];
-    if (r->min_cc && run->dev.cc < r->min_cc) {
+    if (r->min_cc && cc < r->min_cc) {
         snprintf(why, sizeof why, "unsupported: needs compute capability %d.%d", r->min_cc / 10,
                  r->min_cc % 10);
         return why;
@@ -121,7 +119,7 @@ static int run_group(struct run *run, int pass, enum dtype t, const struct rung 
         row->variant = list[i]->name;
         row->shape = p.shape.text;
         row->dtype = t;
-        const char *skip = unsupported_reason(run, list[i], &p);
+        const char *skip = ladder_unsupported(list[i], &p, run->dev.cc);
         row->verdict = skip ? skip : run->o.no_verify ? "unverified" : "ok";
         if (skip || run->o.no_verify)
             continue;
@@ -157,7 +155,7 @@ static int run_group(struct run *run, int pass, enum dtype t, const struct rung 
         row->timed = 1;
         row->us = summarize(samples, (size_t)taken);
         set_rate(row, &p, run->copy_gbps);
-        if (is_vendor(list[i]))
+        if (ladder_is_vendor(list[i]))
             vendor_us = row->us.median;
     }
     for (int i = 0; i < n; i++) {
@@ -406,11 +404,8 @@ int ladder_check(const struct chapter *ch, const struct rung *r, int pass, enum 
     ch->fill(&p, &rng);
     ch->reference(&p);
     struct device_info dev;
-    struct run run;
-    memset(&run, 0, sizeof run);
     if (device_open(&dev, why, why_len) == 0) {
-        run.dev = dev;
-        const char *skip = unsupported_reason(&run, r, &p);
+        const char *skip = ladder_unsupported(r, &p, dev.cc);
         if (skip) {
             snprintf(why, why_len, "%s", skip);
             problem_free(&p);

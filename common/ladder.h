@@ -145,6 +145,13 @@ int ladder_check(const struct chapter *ch, const struct rung *r, int pass, enum 
 int ladder_exercise_verify(const struct chapter *ch, const struct rung *ex, unsigned dtypes,
                            uint64_t seed, FILE *out);
 
+/* Why rung r cannot run problem p on a GPU of compute capability cc ("unsupported: ..."), or
+ * NULL. The string is static, overwritten by the next call. */
+const char *ladder_unsupported(const struct rung *r, const struct problem *p, int cc);
+
+/* Whether r is the chapter's vendor rung, the yardstick of vs_vendor. */
+int ladder_is_vendor(const struct rung *r);
+
 /* Shapes: parse "8x64x128x128-k2s2p0" (0 on success, else a reason) and spell one back. */
 int shape_parse(const char *text, struct shape *s, char *why, size_t why_len);
 void shape_format(struct shape *s);

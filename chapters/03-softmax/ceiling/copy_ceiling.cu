@@ -43,44 +43,46 @@ typedef uint4 vec16; /* 16 bytes: one load or store instruction a thread */
 
 static int sm_count; /* the GPU's, for the grid-stride launch */
 
-/* out[i] = a[i] (b NULL) or a[i] ^ b[i], over `bytes` bytes: whole vectors in the loop, the
- * last bytes (fewer than 16) by thread 0. The tensors are 256-byte aligned (pool.h). */
+/* out[i] = a[i] (b NULL) or a[i] ^ b[i], for vector i. */
+__device__ __forceinline__ void copy_vector(const vec16 *a, const vec16 *b, vec16 *out, size_t i)
+{
+    vec16 v = a[i];
+    if (b) {
+        const vec16 w = b[i];
+        v.x ^= w.x, v.y ^= w.y, v.z ^= w.z, v.w ^= w.w;
+    }
+    out[i] = v;
+}
+
+/* The same for the last bytes past the whole vectors (fewer than 16), by one thread. */
+__device__ __forceinline__ void copy_tail(const vec16 *a, const vec16 *b, vec16 *out, size_t bytes)
+{
+    const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
+    for (size_t j = bytes / sizeof(vec16) * sizeof(vec16); j < bytes; j++)
+        ((unsigned char *)out)[j] = x[j] ^ (y ? y[j] : 0);
+}
+
+/* Over `bytes` bytes: whole vectors in a grid-stride loop, the tail by thread 0. The tensors
+ * are 256-byte aligned (pool.h). */
 __global__ void copy_grid_stride(const vec16 *a, const vec16 *b, vec16 *out, size_t bytes)
 {
     const size_t vectors = bytes / sizeof(vec16);
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += stride) {
-        vec16 v = a[i];
-        if (b) {
-            const vec16 w = b[i];
-            v.x ^= w.x, v.y ^= w.y, v.z ^= w.z, v.w ^= w.w;
-        }
-        out[i] = v;
-    }
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += stride)
+        copy_vector(a, b, out, i);
     if (blockIdx.x == 0 && threadIdx.x == 0)
-        for (size_t j = vectors * sizeof(vec16); j < bytes; j++)
-            ((unsigned char *)out)[j] = ((const unsigned char *)a)[j] ^
-                                        (b ? ((const unsigned char *)b)[j] : 0);
+        copy_tail(a, b, out, bytes);
 }
 
 /* The same with one vector a thread and as many threads as vectors: no loop, every load of
  * the launch issued by its own thread. */
 __global__ void copy_one_pass(const vec16 *a, const vec16 *b, vec16 *out, size_t bytes)
 {
-    const size_t vectors = bytes / sizeof(vec16);
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < vectors) {
-        vec16 v = a[i];
-        if (b) {
-            const vec16 w = b[i];
-            v.x ^= w.x, v.y ^= w.y, v.z ^= w.z, v.w ^= w.w;
-        }
-        out[i] = v;
-    }
+    if (i < bytes / sizeof(vec16))
+        copy_vector(a, b, out, i);
     if (i == 0)
-        for (size_t j = vectors * sizeof(vec16); j < bytes; j++)
-            ((unsigned char *)out)[j] = ((const unsigned char *)a)[j] ^
-                                        (b ? ((const unsigned char *)b)[j] : 0);
+        copy_tail(a, b, out, bytes);
 }
 
 /* The bytes of one tensor of a's problem (all of a softmax pass's tensors are the same size). */
@@ -168,11 +170,11 @@ static void print_line(const char *what, double us, const struct problem *p, dou
     printf("  %-52s %8.2f us %6.0f GB/s %6.1f%%\n", what, us, gbps, 100.0 * gbps / roof_gbps);
 }
 
-/* Whether rung r can run p here, as the chapter's table decides it. */
+/* Whether rung r, the vendor set aside, can run p here, as the chapter's table decides it. */
 static int rung_runs(const struct rung *r, const struct problem *p, const struct device_info *d)
 {
-    return strcmp(r->name, "vendor") && r->launch[p->pass] && (r->dtypes & (1u << p->dtype)) &&
-           (!r->min_cc || d->cc >= r->min_cc) && !(r->unsupported && r->unsupported(p));
+    return !ladder_is_vendor(r) && r->launch[p->pass] && (r->dtypes & (1u << p->dtype)) &&
+           !ladder_unsupported(r, p, d->cc);
 }
 
 /* One pass and dtype: the copies, then the chapter's rungs. Returns 0, or 1 if anything was
@@ -198,7 +200,7 @@ static int measure(struct timer *t, const struct device_info *d, double roof_gbp
     }
 
     const double bar_us = p.bytes / (BAR_PCT / 100.0 * roof_gbps * 1e3);
-    printf("\n%s %s: %.1f MB (each input read once, the output written once); the bar, "
+    printf("\n%s %s: %.4g MB (each input read once, the output written once); the bar, "
            "%.0f%% of the roof, is %.2f us\n",
            ch->passes[pass], dtype_name(dt), p.bytes / 1e6, BAR_PCT, bar_us);
     int wrong = 0;
