@@ -1,22 +1,21 @@
-/* GPU tests skip, saying why, where no GPU can be used. The runner process never initialises
- * CUDA itself (ladder_gpu_present asks in a child), so the forked test workers still can.
- * Also here: the two checks every chapter makes of its exercise checker. */
+/* GPU tests carry NEEDS_GPU among their options. Where no GPU can be used, the test program's
+ * main (tests/main.c) disables them before the run, so each skips at no cost instead of
+ * starting a worker to find out; the program says once why they skip. The runner never
+ * initialises CUDA itself (ladder_gpu_present asks in a child), so the forked test workers
+ * still can. Also here: the two checks every chapter makes of its exercise checker. */
 #ifndef TESTS_GPU_H
 #define TESTS_GPU_H
 
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 
 #include "ladder.h"
 
-#define SKIP_WITHOUT_GPU()                                                                     \
-    do {                                                                                       \
-        char why_[256];                                                                        \
-        if (!ladder_gpu_present(why_, sizeof why_))                                            \
-            cr_skip_test("GPU test skipped: %s", why_);                                        \
-    } while (0)
+#define KL_NEEDS_GPU "needs a GPU"
+#define NEEDS_GPU .description = KL_NEEDS_GPU
 
 /* ladder_check's "does not apply" (-1) where the GPU present cannot run the rung at all: too old
  * a GPU for it, or, for code built for one generation (v10's sm_90a), another generation. The
@@ -52,6 +51,30 @@ static inline void expect_checker_passes(const struct chapter *ch, int pass, lau
     cr_assert(log);
     cr_expect_eq(ladder_exercise_verify(ch, &correct, 1u << DT_FP32, 1, log), 0);
     fclose(log);
+}
+
+/* For tests that run a chapter's program in the test process: its table and messages go to
+ * Criterion's pipes, which the test may read, never into the test log. */
+static inline void redirect_output(void)
+{
+    cr_redirect_stdout();
+    cr_redirect_stderr();
+}
+
+/* What a redirected stream (cr_get_redirected_stdout(), say) holds, cut to size - 1 bytes. */
+static inline void read_redirected(FILE *f, char *text, size_t size)
+{
+    fflush(NULL);
+    size_t got = f ? fread(text, 1, size - 1, f) : 0;
+    text[got] = '\0';
+}
+
+static inline int count_lines(const char *text)
+{
+    int n = 0;
+    for (; *text; text++)
+        n += *text == '\n';
+    return n;
 }
 
 /* Runs one of the build's programs, `build/bin/NAME ARGS`, stderr with stdout: its exit status

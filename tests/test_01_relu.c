@@ -90,9 +90,8 @@ ParameterizedTestParameters(relu_gpu, rung_handles_unaligned_pointers)
     return relu_gpu_rung_matches_reference_param();
 }
 
-ParameterizedTest(struct rung_pass *rp, relu_gpu, rung_matches_reference)
+ParameterizedTest(struct rung_pass *rp, relu_gpu, rung_matches_reference, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     const struct rung *r = &relu_chapter.rungs[rp->rung];
     const char *pass = relu_chapter.passes[rp->pass];
     for (int t = DT_FP32; t <= DT_FP16; t++) {
@@ -134,9 +133,8 @@ static void launch_shifted(const struct launch_args *a, cudaStream_t s)
     shifted_rung->launch[q.pass](&b, s);
 }
 
-ParameterizedTest(struct rung_pass *rp, relu_gpu, rung_handles_unaligned_pointers)
+ParameterizedTest(struct rung_pass *rp, relu_gpu, rung_handles_unaligned_pointers, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     shifted_rung = &relu_chapter.rungs[rp->rung];
     struct rung shifted = *shifted_rung;
     shifted.launch[rp->pass] = launch_shifted;
@@ -160,27 +158,25 @@ static void fwd_v3(const struct launch_args *a, cudaStream_t s)
     relu_forward_v3(a->in[0], a->out[0], a->p->in[0].count, a->p->dtype, s);
 }
 
-Test(relu_exercise, checker_fails_the_stub)
+Test(relu_exercise, checker_fails_the_stub, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_checker_fails_the_stub(&relu_chapter);
 }
 
-Test(relu_exercise, checker_passes_a_correct_kernel)
+Test(relu_exercise, checker_passes_a_correct_kernel, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_checker_passes(&relu_chapter, 0, fwd_v3);
 }
 
 /* The program end to end: exit 0 on a small odd shape (with a GPU every rung verified; without
  * one the CPU reference timed), and exit 3 with a message for a shape no memory holds. */
-Test(relu_program, runs_and_exits_0, .init = cr_redirect_stdout)
+Test(relu_program, runs_and_exits_0, .init = redirect_output)
 {
     const char *argv[] = {"01-relu", "--shape", "3x1021", "--iters", "3"};
     cr_expect_eq(ladder_main(&relu_chapter, 5, (char **)argv), KL_EXIT_OK);
 }
 
-Test(relu_program, too_large_for_memory_exits_3, .init = cr_redirect_stderr)
+Test(relu_program, too_large_for_memory_exits_3, .init = redirect_output)
 {
     const char *argv[] = {"01-relu", "--shape", "100000x100000x1000", "--iters", "1"};
     cr_expect_eq(ladder_main(&relu_chapter, 5, (char **)argv), KL_EXIT_CUDA);

@@ -84,9 +84,8 @@ ParameterizedTestParameters(bias_grad_gpu, rung_matches_reference)
     return cr_make_param_array(int, rungs, (size_t)bias_grad_chapter.n_rungs);
 }
 
-ParameterizedTest(int *rung, bias_grad_gpu, rung_matches_reference)
+ParameterizedTest(int *rung, bias_grad_gpu, rung_matches_reference, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     const struct rung *r = &bias_grad_chapter.rungs[*rung];
     if (is_demonstration(*rung))
         cr_skip_test("%s is shown for its error; see fp16_sums_are_inexact", r->name);
@@ -117,9 +116,8 @@ static int rung_index(const char *name)
 
 /* The chapter's claim: the same kernel with fp16 sums is far less accurate than with fp32 sums
  * (v3), at the seed shape, and still writes a finite value for every channel. */
-Test(bias_grad_gpu, fp16_sums_are_inexact)
+Test(bias_grad_gpu, fp16_sums_are_inexact, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     struct verify_result half_sums, float_sums;
     char why[256] = "";
     const struct rung *v5 = &bias_grad_chapter.rungs[rung_index("v5_fp16_accumulate")];
@@ -139,9 +137,8 @@ Test(bias_grad_gpu, fp16_sums_are_inexact)
 /* v6 adds on the tensor cores: its sums must be as accurate as v4's fp32 adds (both round the
  * same sums to fp16 at the end), not v5's fp16 sums; at the seed shape and at one whose rows
  * are not 16-byte aligned (hw odd: the scalar path takes part of each row). */
-Test(bias_grad_gpu, tensor_core_sums_are_as_accurate_as_fp32_adds)
+Test(bias_grad_gpu, tensor_core_sums_are_as_accurate_as_fp32_adds, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     const char *const at[] = {"32x128x64x64", "3x64x91x91"};
     const struct rung *v6 = &bias_grad_chapter.rungs[rung_index("v6_tensor_core_sum")];
     const struct rung *v4 = &bias_grad_chapter.rungs[rung_index("v4_split_shuffle")];
@@ -162,9 +159,8 @@ Test(bias_grad_gpu, tensor_core_sums_are_as_accurate_as_fp32_adds)
 }
 
 /* The exercise checker fails the untouched stub and passes a correct kernel (v3's). */
-Test(bias_grad_exercise, checker_fails_the_stub)
+Test(bias_grad_exercise, checker_fails_the_stub, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_checker_fails_the_stub(&bias_grad_chapter);
 }
 
@@ -175,13 +171,12 @@ static void bwd_v3(const struct launch_args *a, cudaStream_t s)
     bias_grad_v3(a->in[0], a->out[0], z, a->p->dtype, s);
 }
 
-Test(bias_grad_exercise, checker_passes_a_correct_kernel)
+Test(bias_grad_exercise, checker_passes_a_correct_kernel, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_checker_passes(&bias_grad_chapter, 0, bwd_v3);
 }
 
-Test(bias_grad_program, rejects_bad_shapes, .init = cr_redirect_stderr)
+Test(bias_grad_program, rejects_bad_shapes, .init = redirect_output)
 {
     const char *bad[] = {"32x128x64", "1x2x3x4x5", "0x1x1x1", "4x4x4x4-k2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -207,9 +207,8 @@ ParameterizedTestParameters(softmax_gpu, rung_matches_reference)
     return every_rung_and_pass();
 }
 
-ParameterizedTest(struct rung_pass *rp, softmax_gpu, rung_matches_reference)
+ParameterizedTest(struct rung_pass *rp, softmax_gpu, rung_matches_reference, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_verified(&softmax_chapter, &softmax_chapter.rungs[rp->rung], rp->pass, shapes,
                     sizeof shapes / sizeof shapes[0], "");
 }
@@ -265,9 +264,8 @@ ParameterizedTestParameters(softmax_gpu, special_inputs)
     return every_rung_and_pass();
 }
 
-ParameterizedTest(struct rung_pass *rp, softmax_gpu, special_inputs)
+ParameterizedTest(struct rung_pass *rp, softmax_gpu, special_inputs, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     struct chapter ch = softmax_chapter;
     const struct rung *r = &softmax_chapter.rungs[rp->rung];
     const size_t count = sizeof special_shapes / sizeof special_shapes[0];
@@ -289,9 +287,8 @@ ParameterizedTestParameters(softmax_gpu, single_channel_is_exact)
     return every_rung_and_pass();
 }
 
-ParameterizedTest(struct rung_pass *rp, softmax_gpu, single_channel_is_exact)
+ParameterizedTest(struct rung_pass *rp, softmax_gpu, single_channel_is_exact, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     const struct rung *r = &softmax_chapter.rungs[rp->rung];
     if (!strcmp(r->name, "vendor"))
         cr_skip_test("the vendor rung is checked against the tolerance only");
@@ -340,9 +337,8 @@ ParameterizedTestParameters(softmax_gpu, rung_handles_unaligned_pointers)
     return every_rung_and_pass();
 }
 
-ParameterizedTest(struct rung_pass *rp, softmax_gpu, rung_handles_unaligned_pointers)
+ParameterizedTest(struct rung_pass *rp, softmax_gpu, rung_handles_unaligned_pointers, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     if (!strcmp(softmax_chapter.rungs[rp->rung].name, "vendor"))
         cr_skip_test("the vendor rung's alignment rules are cuDNN's");
     static const char *const aligned_rows[] = {"3x64x1x1", "5x1000x1x1", "3x2048x1x1",
@@ -365,15 +361,13 @@ static void fwd_v4(const struct launch_args *a, cudaStream_t s)
                        a->p->dtype, s);
 }
 
-Test(softmax_exercise, checker_fails_the_stub)
+Test(softmax_exercise, checker_fails_the_stub, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_checker_fails_the_stub(&softmax_chapter);
 }
 
-Test(softmax_exercise, checker_passes_a_correct_kernel)
+Test(softmax_exercise, checker_passes_a_correct_kernel, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_checker_passes(&softmax_chapter, 0, fwd_v4);
 }
 
@@ -381,14 +375,14 @@ Test(softmax_exercise, checker_passes_a_correct_kernel)
 
 /* Exit 0 on a small odd shape (with a GPU every rung verified; without one the CPU reference
  * timed). */
-Test(softmax_program, runs_and_exits_0, .init = cr_redirect_stdout)
+Test(softmax_program, runs_and_exits_0, .init = redirect_output)
 {
     const char *argv[] = {"03-softmax", "--shape", "3x7x5x5", "--iters", "3"};
     cr_expect_eq(ladder_main(&softmax_chapter, 5, (char **)argv), KL_EXIT_OK);
 }
 
 /* Bad shapes: a one-line message and exit 2, GPU or not. */
-Test(softmax_program, bad_shapes_exit_2, .init = cr_redirect_stderr)
+Test(softmax_program, bad_shapes_exit_2, .init = redirect_output)
 {
     const char *const bad[] = {"8x10x28", "8x10x28x28x2", "8x10x28x28-k2", "8x10x0x28",
                                "2x2147483648x1x1", "65536x1x65536x1"};
@@ -438,9 +432,8 @@ Test(softmax_copy_ceiling, refuses_other_flags_and_bad_shapes)
 /* Its copies are checked byte for byte (here 12 bytes in fp32 and 14 in fp16 lie past the last
  * 16-byte vector)
  * and the rungs against the reference; any wrong one makes it exit 1. */
-Test(softmax_copy_ceiling, verifies_its_copies_and_rungs)
+Test(softmax_copy_ceiling, verifies_its_copies_and_rungs, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     char said[8192];
     cr_expect_eq(run_copy_ceiling("--shape 3x7x5x7", said, sizeof said), 0, "it said: %s", said);
     cr_expect(strstr(said, "every copy and every rung timed verified") != NULL, "it said: %s",

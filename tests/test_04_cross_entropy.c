@@ -349,9 +349,8 @@ ParameterizedTestParameters(ce_gpu, rung_matches_reference)
     return every_rung_and_pass();
 }
 
-ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_matches_reference)
+ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_matches_reference, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     check_shapes(&ce_chapter, &ce_chapter.rungs[rp->rung], rp->pass, shapes,
                  sizeof shapes / sizeof shapes[0], "");
 }
@@ -368,9 +367,8 @@ ParameterizedTestParameters(ce_gpu, rung_handles_bad_labels)
     return every_rung_and_pass();
 }
 
-ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_handles_bad_labels)
+ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_handles_bad_labels, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     struct chapter ch = chapter_with_fill(fill_bad_labels);
     check_shapes(&ch, &ce_chapter.rungs[rp->rung], rp->pass, bad_label_shapes,
                  sizeof bad_label_shapes / sizeof bad_label_shapes[0], " with bad labels");
@@ -383,9 +381,8 @@ ParameterizedTestParameters(ce_gpu, rung_handles_large_magnitudes)
     return every_rung_and_pass();
 }
 
-ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_handles_large_magnitudes)
+ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_handles_large_magnitudes, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     struct chapter ch = chapter_with_fill(fill_large_magnitudes);
     check_shapes(&ch, &ce_chapter.rungs[rp->rung], rp->pass, magnitude_shapes,
                  sizeof magnitude_shapes / sizeof magnitude_shapes[0], " with logits of +-80");
@@ -442,9 +439,8 @@ ParameterizedTestParameters(ce_gpu, rung_handles_tiny_and_huge_losses)
     return every_rung_and_pass();
 }
 
-ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_handles_tiny_and_huge_losses)
+ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_handles_tiny_and_huge_losses, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     struct chapter right = chapter_with_fill(fill_confidently_right);
     struct chapter wrong = chapter_with_fill(fill_confidently_wrong);
     const size_t n = sizeof confident_shapes / sizeof confident_shapes[0];
@@ -481,9 +477,8 @@ ParameterizedTestParameters(ce_gpu, rung_handles_misaligned_logits)
     return rungs_and_passes(0);
 }
 
-ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_handles_misaligned_logits)
+ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_handles_misaligned_logits, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     shifted_rung = &ce_chapter.rungs[rp->rung];
     struct rung shifted = *shifted_rung;
     shifted.launch[rp->pass] = launch_shifted_logits;
@@ -503,35 +498,32 @@ static void fwd_v3(const struct launch_args *a, cudaStream_t s)
 /* v7's rings start where its kernels' static shared memory ends: a static variable that left a
  * part of a line there would move every ring off its 128-byte lines, and the refills with it
  * (the fp32 forward at the large preset ran at 89.8% of the roof that way, 105.0% on a line). */
-Test(ce_gpu, v7_rings_start_on_a_line)
+Test(ce_gpu, v7_rings_start_on_a_line, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     cr_expect_eq(ce_v7_ring_misalignment(), 0,
                  "a v7 kernel's static shared memory is %zu bytes past a 128-byte line",
                  ce_v7_ring_misalignment());
 }
 
-Test(ce_exercise, checker_fails_the_stub)
+Test(ce_exercise, checker_fails_the_stub, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_checker_fails_the_stub(&ce_chapter);
 }
 
-Test(ce_exercise, checker_passes_a_correct_kernel)
+Test(ce_exercise, checker_passes_a_correct_kernel, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_checker_passes(&ce_chapter, FWD, fwd_v3);
 }
 
 /* ---- The program end to end. */
 
-Test(ce_program, runs_and_exits_0, .init = cr_redirect_stdout)
+Test(ce_program, runs_and_exits_0, .init = redirect_output)
 {
     const char *argv[] = {"04-cross-entropy", "--shape", "3x1021", "--iters", "3"};
     cr_expect_eq(ladder_main(&ce_chapter, 5, (char **)argv), KL_EXIT_OK);
 }
 
-Test(ce_program, bad_shape_exits_2_with_one_line, .init = cr_redirect_stderr)
+Test(ce_program, bad_shape_exits_2_with_one_line, .init = redirect_output)
 {
     const char *argv[] = {"04-cross-entropy", "--shape", "10"};
     cr_expect_eq(ladder_main(&ce_chapter, 3, (char **)argv), KL_EXIT_USAGE);

@@ -126,9 +126,8 @@ static void expect_verified(const struct chapter *ch, const struct rung *r,
     }
 }
 
-ParameterizedTest(int *rung, matmul_gpu, rung_matches_reference)
+ParameterizedTest(int *rung, matmul_gpu, rung_matches_reference, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_verified(&matmul_chapter, &matmul_chapter.rungs[*rung], shapes,
                     sizeof shapes / sizeof shapes[0]);
 }
@@ -175,9 +174,8 @@ static void api_reference(struct problem *p)
     free(bt);
 }
 
-Test(matmul_gpu, api_forms_match_reference)
+Test(matmul_gpu, api_forms_match_reference, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     struct chapter ch = matmul_chapter;
     ch.reference = api_reference;
     struct rung api = matmul_chapter.rungs[0];
@@ -202,24 +200,21 @@ static void fwd_v3(const struct launch_args *a, cudaStream_t s)
               a->p->dtype, s);
 }
 
-Test(matmul_exercise, checker_fails_the_stub)
+Test(matmul_exercise, checker_fails_the_stub, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_checker_fails_the_stub(&matmul_chapter);
 }
 
-Test(matmul_exercise, checker_passes_a_correct_kernel)
+Test(matmul_exercise, checker_passes_a_correct_kernel, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_checker_passes(&matmul_chapter, 0, fwd_v3);
 }
 
 /* vendor_mma_sync searches and times its candidates on the first call for a shape, which no
  * capture may hold: called first inside one, it must stop with its one-line message and exit
  * 3, not fail somewhere inside cuBLAS. In a child process, since it exits. */
-Test(matmul_gpu, vendor_mma_sync_first_call_refuses_a_capture)
+Test(matmul_gpu, vendor_mma_sync_first_call_refuses_a_capture, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
     fflush(NULL);
@@ -253,14 +248,14 @@ Test(matmul_gpu, vendor_mma_sync_first_call_refuses_a_capture)
 
 /* ---- the program ---- */
 
-Test(matmul_program, runs_and_exits_0, .init = cr_redirect_stdout)
+Test(matmul_program, runs_and_exits_0, .init = redirect_output)
 {
     const char *argv[] = {"05-matmul", "--shape", "37x29x43", "--iters", "3"};
     cr_expect_eq(ladder_main(&matmul_chapter, 5, (char **)argv), KL_EXIT_OK);
 }
 
 /* Bad shapes: a one-line message and exit 2, GPU or not. */
-Test(matmul_program, bad_shapes_exit_2, .init = cr_redirect_stderr)
+Test(matmul_program, bad_shapes_exit_2, .init = redirect_output)
 {
     const char *const bad[] = {"0x4x4",   "4x0x4",        "4x4x0",        "4x4",
                                "4x4x4x4", "64-k2",        "3000000x4x4",  "4x4x2147483648",
@@ -302,9 +297,8 @@ Test(matmul_ceiling, refuses_a_flag)
 
 /* Every mma.sync adds exactly 1 to each accumulator; the program checks that every one holds
  * its iteration count, so a wrong operand, layout or launch fails here. */
-Test(matmul_ceiling, verifies_its_accumulators)
+Test(matmul_ceiling, verifies_its_accumulators, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     char said[1024];
     cr_expect_eq(run_ceiling(NULL, said, sizeof said), 0, "it said: %s", said);
     cr_expect(strstr(said, "every accumulator verified") != NULL ||

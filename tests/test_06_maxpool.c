@@ -215,7 +215,7 @@ Test(maxpool_shape, bad_parameters_say_what_is_wrong)
     }
 }
 
-Test(maxpool_program, bad_shapes_exit_2, .init = cr_redirect_stderr)
+Test(maxpool_program, bad_shapes_exit_2, .init = redirect_output)
 {
     const char *bad[] = {"8x64x128x128-k2s0", "1x1x3x3-k4", "2x2x8x8-k2p2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -225,7 +225,7 @@ Test(maxpool_program, bad_shapes_exit_2, .init = cr_redirect_stderr)
     }
 }
 
-Test(maxpool_program, runs_and_exits_0, .init = cr_redirect_stdout)
+Test(maxpool_program, runs_and_exits_0, .init = redirect_output)
 {
     const char *argv[] = {"06-maxpool", "--shape", "2x3x7x9-k3s2p1", "--iters", "3"};
     cr_expect_eq(ladder_main(&maxpool_chapter, 5, (char **)argv), KL_EXIT_OK);
@@ -263,9 +263,8 @@ ParameterizedTestParameters(maxpool_gpu, rung_matches_reference)
     return cr_make_param_array(struct rung_pass, params, (size_t)n, free_params);
 }
 
-ParameterizedTest(struct rung_pass *rp, maxpool_gpu, rung_matches_reference)
+ParameterizedTest(struct rung_pass *rp, maxpool_gpu, rung_matches_reference, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     const struct rung *r = &maxpool_chapter.rungs[rp->rung];
     for (int t = DT_FP32; t <= DT_FP16; t++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -306,9 +305,8 @@ static void fill_special(struct problem *p, struct rng *r)
     free(window);
 }
 
-Test(maxpool_gpu, ties_nan_and_infinities_as_the_reference)
+Test(maxpool_gpu, ties_nan_and_infinities_as_the_reference, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     struct chapter special = maxpool_chapter;
     special.fill = fill_special;
     const char *special_shapes[] = {"2x3x8x16-k2", "3x2x9x7-k2s2", "2x3x9x16-k3s2p1",
@@ -341,14 +339,12 @@ static void fwd_v1(const struct launch_args *a, cudaStream_t s)
                        a->p->dtype, s);
 }
 
-Test(maxpool_exercise, checker_fails_the_stub)
+Test(maxpool_exercise, checker_fails_the_stub, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_checker_fails_the_stub(&maxpool_chapter);
 }
 
-Test(maxpool_exercise, checker_passes_a_correct_kernel)
+Test(maxpool_exercise, checker_passes_a_correct_kernel, NEEDS_GPU)
 {
-    SKIP_WITHOUT_GPU();
     expect_checker_passes(&maxpool_chapter, 0, fwd_v1);
 }

@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "cli.h"
+#include "gpu.h"
 #include "relu.h"
 
 static int parse(struct options *o, char *err, size_t len, int argc, const char **argv)
@@ -120,7 +121,7 @@ Test(cli, shapes_spell_back_the_same)
 }
 
 /* The whole program: bad flags exit 2 before anything else happens. */
-Test(cli, program_exits_2_on_bad_usage, .init = cr_redirect_stderr)
+Test(cli, program_exits_2_on_bad_usage, .init = redirect_output)
 {
     const char *argv[] = {"01-relu", "--dtype", "fp64"};
     cr_expect_eq(ladder_main(&relu_chapter, 3, (char **)argv), KL_EXIT_USAGE);
