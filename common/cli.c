@@ -256,20 +256,51 @@ int cli_parse(const struct chapter *ch, int argc, char **argv, struct options *o
     return 0;
 }
 
+/* Prints text from column `indent` on, wrapped at spaces so that no line passes 100 columns. */
+static void print_wrapped(const char *text, int indent)
+{
+    enum { WIDTH = 100 };
+    int column = indent;
+    while (*text) {
+        while (*text == ' ')
+            text++;
+        int word = (int)strcspn(text, " ");
+        if (column > indent && column + 1 + word > WIDTH) {
+            printf("\n%*s", indent, "");
+            column = indent;
+        }
+        if (column > indent) {
+            putchar(' ');
+            column++;
+        }
+        printf("%.*s", word, text);
+        column += word;
+        text += word;
+    }
+    putchar('\n');
+}
+
 void cli_print_list(const struct chapter *ch)
 {
+    enum { INDENT = 23 };
+    char text[512];
     printf("%s: %s\n", ch->id, ch->title);
     for (int i = 0; i < ch->n_rungs; i++) {
         const struct rung *r = &ch->rungs[i];
-        printf("  %-20s %s", r->name, r->idea);
         if (r->min_cc)
-            printf(" [needs compute capability %d.%d]", r->min_cc / 10, r->min_cc % 10);
-        printf("\n");
+            snprintf(text, sizeof text, "%s [needs cc %d.%d]", r->idea, r->min_cc / 10,
+                     r->min_cc % 10);
+        else
+            snprintf(text, sizeof text, "%s", r->idea);
+        printf("  %-20s ", r->name);
+        print_wrapped(text, INDENT);
     }
-    printf("presets:");
-    for (int i = 0; i < ch->n_presets; i++)
-        printf("  %s = %s (%s)%s", ch->presets[i].name, ch->presets[i].shape,
-               ch->presets[i].about, i + 1 < ch->n_presets ? ";" : "\n");
+    printf("presets (--preset NAME; the first is the default):\n");
+    for (int i = 0; i < ch->n_presets; i++) {
+        snprintf(text, sizeof text, "%s: %s", ch->presets[i].shape, ch->presets[i].about);
+        printf("  %-20s ", ch->presets[i].name);
+        print_wrapped(text, INDENT);
+    }
 }
 
 void cli_print_help(const struct chapter *ch)

@@ -1,5 +1,6 @@
 #include "device.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,14 +10,39 @@
 #include "check.h"
 #include "stats.h"
 
+/* Why no GPU can be used, in words that point at the cause. The runtime says "driver version
+ * is insufficient" both when the driver is too old and when there is no driver at all, so ask
+ * the driver library itself which it is. */
+static void explain_no_gpu(cudaError_t err, char *why, size_t why_len)
+{
+    void *driver = err == cudaErrorInsufficientDriver ? dlopen("libcuda.so.1", RTLD_LAZY) : NULL;
+    int (*get_version)(int *) = driver ? (int (*)(int *))dlsym(driver, "cuDriverGetVersion")
+                                       : NULL;
+    int driver_version = 0, runtime_version = 0;
+    if (err == cudaSuccess || err == cudaErrorNoDevice)
+        snprintf(why, why_len, "no NVIDIA GPU found (the driver lists none)");
+    else if (err == cudaErrorInsufficientDriver && get_version && !get_version(&driver_version) &&
+             cudaRuntimeGetVersion(&runtime_version) == cudaSuccess && driver_version > 0) {
+        char drv[16], rt[16];
+        format_cuda_version(driver_version, drv, sizeof drv);
+        format_cuda_version(runtime_version, rt, sizeof rt);
+        snprintf(why, why_len, "the NVIDIA driver supports CUDA %s, older than this build's "
+                 "runtime, CUDA %s: update the driver", drv, rt);
+    } else if (err == cudaErrorInsufficientDriver)
+        snprintf(why, why_len, "no NVIDIA GPU or driver found");
+    else
+        snprintf(why, why_len, "no usable NVIDIA GPU (%s)", cudaGetErrorString(err));
+    if (driver)
+        dlclose(driver);
+}
+
 int device_open(struct device_info *d, char *why, size_t why_len)
 {
     memset(d, 0, sizeof *d);
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
-        snprintf(why, why_len, "no CUDA GPU found (%s)",
-                 err != cudaSuccess ? cudaGetErrorString(err) : "the driver lists none");
+        explain_no_gpu(err, why, why_len);
         cudaGetLastError(); /* clear the sticky error of the failed query */
         return -1;
     }

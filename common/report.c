@@ -35,8 +35,10 @@ void report_table_row(FILE *f, const struct result_row *r)
         format_us(lo, sizeof lo, r->us.min);
         format_us(hi, sizeof hi, r->us.max);
         snprintf(range, sizeof range, "%s-%s", lo, hi);
-        if (r->tflops > 0)
+        if (r->tflops >= 1)
             snprintf(rate, sizeof rate, "%.2f TFLOP/s", r->tflops);
+        else if (r->tflops > 0) /* a CPU or a tiny product: GFLOP/s keeps three figures */
+            snprintf(rate, sizeof rate, "%.3g GFLOP/s", 1e3 * r->tflops);
         else
             snprintf(rate, sizeof rate, r->gbps < 10 ? "%.2f GB/s" : "%.0f GB/s", r->gbps);
         if (r->pct_roof > 0)
@@ -72,7 +74,7 @@ void report_csv_row(FILE *f, const struct result_row *r, const struct device_inf
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
     if (r->tflops > 0)
-        snprintf(tflops, sizeof tflops, "%.4f", r->tflops);
+        snprintf(tflops, sizeof tflops, r->tflops >= 0.01 ? "%.4f" : "%.3e", r->tflops);
     else
         snprintf(gbps, sizeof gbps, "%.2f", r->gbps);
     if (r->vs_vendor > 0)
