@@ -5,6 +5,19 @@ NVCC ?= $(or $(wildcard $(CUDA_HOME)/bin/nvcc),$(shell command -v nvcc 2>/dev/nu
 CUDA_ARCHS ?= 75 80 86 89 90
 CC ?= gcc
 
+# Build with every core; a -j on the command line still wins.
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+
+# `make test` where no GPU is present runs no GPU code, so one architecture will do; it says so.
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+ifeq ($(origin CUDA_ARCHS),file)
+ifeq ($(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU'),0)
+CUDA_ARCHS := $(lastword $(CUDA_ARCHS))
+$(info make test: no GPU found, so building for sm_$(CUDA_ARCHS) only (set CUDA_ARCHS to choose))
+endif
+endif
+endif
+
 BUILD := build
 # Objects live in a folder per target list, so changing CUDA_ARCHS rebuilds what it must.
 empty :=
@@ -23,6 +36,13 @@ NVCCFLAGS = -std=c++20 -O3 -lineinfo $(GENCODE) -Xcompiler -Wall,-Wextra -Icommo
 LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64
 LDLIBS := -lcudnn -lcublasLt -lcublas -lm
 
+# The programs are relinked when the list of architectures changes, not only when an object
+# does: their objects then come from another folder, whose files may be older.
+ARCH_STAMP := $(BUILD)/cuda-archs
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(ARCH_STAMP) 2>/dev/null)" = "$(strip $(CUDA_ARCHS))" ] \
+        || echo "$(strip $(CUDA_ARCHS))" > $(ARCH_STAMP))
+objects = $(filter %.o %.a,$^)
+
 COMMON_C := $(wildcard common/*.c)
 COMMON_OBJ := $(COMMON_C:%.c=$(OBJ)/%.o)
 chapter_srcs = $(wildcard chapters/$(1)/*.cu) $(wildcard chapters/$(1)/*.c)
@@ -36,15 +56,17 @@ PROGRAMS := $(CHAPTERS:%=$(BUILD)/bin/%)
 CEILING := $(BUILD)/bin/05-mma-sync-ceiling
 COPY_CEILING := $(BUILD)/bin/03-copy-ceiling
 
+chapter_number = $(firstword $(subst -, ,$(1)))
+
 .PHONY: all help toolkit deps deps-test deps-plots test run bench plots report sanitize clean \
-        $(addprefix chapter-,$(foreach c,$(CHAPTERS),$(firstword $(subst -, ,$(c)))))
+        $(foreach c,$(CHAPTERS),chapter-$(call chapter_number,$(c)))
 
 all: toolkit $(PROGRAMS) $(CEILING) $(COPY_CEILING) $(BUILD)/bin/tests
 
 help:
 	@echo "make               build every chapter and the tests"
 	@echo "make chapter-NN    build chapter NN; ./run then runs it"
-	@echo "make test          run every test (GPU tests skip without a GPU)"
+	@echo "make test          run every test (GPU tests skip without a GPU, which builds one arch)"
 	@echo "make run           every chapter's ladder at its default size"
 	@echo "make bench         every chapter's size sweep into bench/results/<gpu>/"
 	@echo "make plots         plots/*.svg from the CSVs (gnuplot)"
@@ -69,7 +91,8 @@ deps:
 	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$pkgs
 
 deps-test:
-	@[ -f /usr/include/criterion/criterion.h ] || $(MAKE) --no-print-directory deps
+	@[ -f /usr/include/criterion/criterion.h ] && command -v python3 >/dev/null || \
+	  $(MAKE) --no-print-directory deps
 
 deps-plots:
 	@command -v gnuplot >/dev/null || $(MAKE) --no-print-directory deps
@@ -98,35 +121,41 @@ $(OBJ)/tests/%.o: tests/%.c | deps-test toolkit
 
 .SECONDARY:
 .SECONDEXPANSION:
-$(BUILD)/bin/%: $(COMMON_OBJ) $$(call chapter_objs,%)
+$(BUILD)/bin/%: $(COMMON_OBJ) $$(call chapter_objs,%) $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+	$(NVCC) $(GENCODE) -o $@ $(objects) $(LDFLAGS) $(LDLIBS)
 
 # Chapter 05's second program: the ceiling of mma.sync on the GPU present (see its header).
 $(CEILING): $(OBJ)/chapters/05-matmul/ceiling/mma_sync_ceiling.o $(OBJ)/common/check.o \
-            $(OBJ)/common/stats.o
+            $(OBJ)/common/stats.o $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS)
+	$(NVCC) $(GENCODE) -o $@ $(objects) $(LDFLAGS)
 
 # Chapter 03's second program: copies of a softmax pass's bytes beside its rungs (see its header).
 $(COPY_CEILING): $(OBJ)/chapters/03-softmax/ceiling/copy_ceiling.o $(COMMON_OBJ) \
-                 $(call chapter_lib_objs,03-softmax)
+                 $(call chapter_lib_objs,03-softmax) $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+	$(NVCC) $(GENCODE) -o $@ $(objects) $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/bin/tests: $(TEST_OBJ) $(COMMON_OBJ) $(foreach c,$(CHAPTERS),$(call chapter_lib_objs,$(c)))
+$(BUILD)/bin/tests: $(TEST_OBJ) $(COMMON_OBJ) $(foreach c,$(CHAPTERS),$(call chapter_lib_objs,$(c))) \
+                   $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(GENCODE) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lcriterion
+	$(NVCC) $(GENCODE) -o $@ $(objects) $(LDFLAGS) $(LDLIBS) -lcriterion
 
-# make chapter-01: build chapter 01 and point ./run at it.
-chapter-%: toolkit
-	@ch=$$(cd chapters && ls -d $*-* 2>/dev/null | head -1); \
-	if [ -z "$$ch" ]; then echo "no chapter $* (have: $(CHAPTERS))"; exit 2; fi; \
-	$(MAKE) --no-print-directory $(BUILD)/bin/$$ch && ln -sf $(BUILD)/bin/$$ch run && \
-	echo "./run now runs $$ch (try ./run --help)"
+# make chapter-01: build chapter 01 and point ./run at it. The targets are spelled out, one a
+# chapter, since make applies no pattern rule to a phony target.
+define chapter_rule
+chapter-$(call chapter_number,$(1)): toolkit $(BUILD)/bin/$(1)
+	@ln -sfn $(BUILD)/bin/$(1) run && echo "./run now runs $(1) (try ./run --help)"
+endef
+$(foreach c,$(CHAPTERS),$(eval $(call chapter_rule,$(c))))
+chapter-%:
+	@echo "no chapter $* (have: $(CHAPTERS))"; exit 2
 
-test: deps-test toolkit $(BUILD)/bin/tests $(CEILING) $(COPY_CEILING)
-	$(BUILD)/bin/tests --jobs 4
+test: deps-test toolkit $(PROGRAMS) $(BUILD)/bin/tests $(CEILING) $(COPY_CEILING)
+	tests/first_commands CUDA_ARCHS="$(CUDA_ARCHS)"
+	python3 bench/report.py --check
+	$(BUILD)/bin/tests --jobs $(shell nproc 2>/dev/null || echo 1)
 
 run: toolkit $(PROGRAMS)
 	@status=0; for p in $(PROGRAMS); do $$p || status=$$?; echo; done; exit $$status
