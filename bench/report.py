@@ -8,7 +8,23 @@ and writes
                                 then one compact table of the size sweep;
   chapters/NN-name/README.md    the text between <!-- bench:begin --> and <!-- bench:end -->:
                                 the chapter's ladder at its seed and large shapes, for one GPU
-                                ($BENCH_GPU, else h200 if measured, else the first folder).
+                                ($BENCH_GPU, else h200 if measured, else the first folder);
+                                and each summary table, between a comment
+                                  <!-- bench:summary SHAPE METRIC
+                                  rung: what it teaches
+                                  ... -->
+                                and <!-- bench:end -->: a row per rung measured at SHAPE, a
+                                column per pass and dtype, METRIC (pct_roof, tflops or
+                                vs_vendor) in each cell, the best verified rung's in bold, and
+                                the comment's words for the rung in a last column.
+  README.md                     the headline table, between a comment
+                                  <!-- bench:headline
+                                  NN-name SHAPE PASS: what the line shows
+                                  ... -->
+                                and <!-- bench:end -->: a line per entry, the best verified rung
+                                at SHAPE and PASS in each dtype, against the vendor, with its
+                                share of the roof (or, for FLOP/s, its TFLOP/s).
+With --check it writes nothing and exits 1 if any file would change (the tests run it).
 The output depends on the input files only (and $BENCH_GPU), so it is the same bytes every run.
 A malformed CSV stops it with exit status 1 and a message naming the file and line.
 """
@@ -26,6 +42,9 @@ HEADER = ("chapter,pass,variant,dtype,shape,median_us,min_us,max_us,gbps,tflops,
 NUMERIC = ["median_us", "min_us", "max_us", "gbps", "tflops", "pct_roof", "vs_vendor",
            "max_abs_err", "rel_err"]
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+SUMMARY = "<!-- bench:summary"
+HEADLINE = "<!-- bench:headline"
+METRICS = ("pct_roof", "tflops", "vs_vendor")
 PASS_ORDER = ["fwd", "bwd", "fwd_bwd", "bwd_input", "bwd_weight", "step"]
 PASS_NAME = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward and backward",
              "bwd_input": "backward (input)", "bwd_weight": "backward (weight)",
@@ -315,6 +334,80 @@ def readme_block(rows, labels):
     return out
 
 
+def summary_cell(r, metric):
+    if r is None:
+        return ""
+    if metric == "pct_roof":
+        return fmt_num(r["pct_roof"], ".1f") + "%" if r["pct_roof"] else ""
+    if metric == "vs_vendor":
+        return fmt_x(r["vs_vendor"])
+    text = fmt_tflops(r["tflops"])
+    if text and r["vs_vendor"] and r["variant"] != "vendor":
+        text += f" ({100 * r['vs_vendor']:.1f}%)"
+    return text
+
+
+def summary_table(rows, shape, metric, notes, where):
+    """A rung a row at one shape, a (pass, dtype) a column: the chapter's ladder at a glance."""
+    chosen = [r for r in rows if r["shape"] == shape]
+    if not chosen:
+        raise Malformed(f"{where}: no rows at shape {shape}")
+    columns = sorted({(r["pass"], r["dtype"]) for r in chosen},
+                     key=lambda c: (rank(PASS_ORDER, c[0]), rank(DTYPE_ORDER, c[1])))
+    cells = {(r["variant"], r["pass"], r["dtype"]): r for r in chosen}
+    best = {}
+    for p, d in columns:
+        rungs = [r for r in chosen if r["pass"] == p and r["dtype"] == d and r["verified"]
+                 and not is_vendor(r["variant"]) and r["median_us"]]
+        if rungs:
+            best[(p, d)] = min(rungs, key=lambda r: r["median_us"])["variant"]
+    body = []
+    for v in sorted({r["variant"] for r in chosen}, key=variant_key):
+        line = [v]
+        for p, d in columns:
+            r = cells.get((v, p, d))
+            text = summary_cell(r, metric)
+            if r and not r["verified"]:
+                text += " (failed check)"
+            line.append(f"**{text}**" if text and best.get((p, d)) == v else text)
+        line.append(notes.get(v, ""))
+        body.append(line)
+    unknown = sorted(set(notes) - {r["variant"] for r in chosen})
+    if unknown:
+        raise Malformed(f"{where}: notes for rungs not measured at {shape}: {', '.join(unknown)}")
+    header = ["rung"] + [f"{p} {d}" for p, d in columns] + ["what it teaches"]
+    return table(header, "l" + "r" * len(columns) + "l", body)
+
+
+def replace_summaries(lines, rows, path):
+    """Regenerates every summary table of a README (see the module's docstring)."""
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.startswith(SUMMARY):
+            out.append(line)
+            i += 1
+            continue
+        where = f"{path}:{i + 1}"
+        words = line[len(SUMMARY):].split()
+        if len(words) != 2 or words[1] not in METRICS:
+            raise Malformed(f"{where}: expected '{SUMMARY} SHAPE METRIC' with METRIC one of "
+                            f"{', '.join(METRICS)}")
+        shape, metric = words
+        notes = {}
+        j = i + 1
+        while j < len(lines) and lines[j].strip() != "-->":
+            rung, _, words = lines[j].partition(":")
+            notes[rung.strip()] = words.strip()
+            j += 1
+        end = next((k for k in range(j, len(lines)) if lines[k].strip() == END), None)
+        if j >= len(lines) or end is None:
+            raise Malformed(f"{where}: the summary needs a closing '-->' and then '{END}'")
+        out += lines[i:j + 1] + summary_table(rows, shape, metric, notes, where) + [END]
+        i = end + 1
+    return out
+
+
 def update_readme(chapter, rows):
     path = f"chapters/{chapter}/README.md"
     if not os.path.exists(path):
@@ -330,7 +423,61 @@ def update_readme(chapter, rows):
         return
     labels = load_sweep(chapter) or {}
     block = readme_block(rows, labels)
-    write(path, "\n".join(lines[:b + 1] + block + lines[e:]))
+    lines = replace_summaries(lines[:b + 1] + block + lines[e:], rows, path)
+    write(path, "\n".join(lines))
+
+
+def best_verified(rows):
+    rungs = [r for r in rows if r["verified"] and not is_vendor(r["variant"]) and r["median_us"]]
+    return min(rungs, key=lambda r: r["median_us"], default=None)
+
+
+def headline_cells(rows):
+    """best rung, vs vendor, and % of roof or TFLOP/s, for one dtype's rows."""
+    best = best_verified(rows)
+    if best is None:
+        return ["(none verified)", "", ""]
+    rate = (fmt_num(best["pct_roof"], ".1f") + "%" if best["pct_roof"]
+            else fmt_tflops(best["tflops"]) + " TFLOP/s" if best["tflops"] else "")
+    return [best["variant"], fmt_x(best["vs_vendor"]), rate]
+
+
+def headline_table(entries, rows_of, where):
+    body = []
+    for chapter, shape, p, words in entries:
+        rows = [r for r in rows_of.get(chapter, []) if r["shape"] == shape and r["pass"] == p]
+        if not rows:
+            raise Malformed(f"{where}: no {chapter} rows at {shape}, pass {p}")
+        line = [words, f"`{shape}` {p}"]
+        for d in DTYPE_ORDER:
+            line += headline_cells([r for r in rows if r["dtype"] == d])
+        body.append(line)
+    header = ["operation", "shape, pass"] + [f"{d} {h}" for d in DTYPE_ORDER
+                                             for h in ("best rung", "vs vendor", "of roof")]
+    return table(header, "ll" + "lrr" * len(DTYPE_ORDER), body)
+
+
+def update_headline(rows_of):
+    """README.md's headline table (see the module's docstring)."""
+    path = "README.md"
+    lines = open(path, encoding="utf-8").read().split("\n")
+    starts = [i for i, l in enumerate(lines) if l.startswith(HEADLINE)]
+    if not starts:
+        return
+    i = starts[0]
+    j = next((k for k in range(i, len(lines)) if lines[k].strip() == "-->"), None)
+    end = next((k for k in range(j or i, len(lines)) if lines[k].strip() == END), None)
+    if j is None or end is None:
+        raise Malformed(f"{path}:{i + 1}: the headline needs a closing '-->' and then '{END}'")
+    entries = []
+    for n in range(i + 1, j):
+        spec, _, words = lines[n].partition(":")
+        fields = spec.split()
+        if len(fields) != 3:
+            raise Malformed(f"{path}:{n + 1}: expected 'NN-name SHAPE PASS: words'")
+        entries.append((*fields, words.strip()))
+    table_lines = headline_table(entries, rows_of, f"{path}:{i + 1}")
+    write(path, "\n".join(lines[:j + 1] + table_lines + lines[end:]))
 
 
 # ---------------------------------------------------------------------------------- main
@@ -344,14 +491,21 @@ def load_sweep(chapter):
     return read_sweep(path) if os.path.exists(path) else None
 
 
+CHECK = "--check" in sys.argv[1:]
+STALE = []
+
+
 def write(path, text):
-    """Write only when the bytes change, so make and git see no churn."""
+    """Write only when the bytes change, so make and git see no churn; with --check, only
+    note that it would."""
     old = open(path, encoding="utf-8").read() if os.path.exists(path) else None
-    if old != text:
+    if old != text and CHECK:
+        STALE.append(path)
+    elif old != text:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         print(f"wrote {path}")
-    else:
+    elif not CHECK:
         print(f"{path} unchanged")
 
 
@@ -384,10 +538,16 @@ def main():
         warn(f"BENCH_GPU={env}, but {RESULTS}/{env}/ has no results; READMEs left alone")
     for chapter, rows in folders.get(folder, []):
         update_readme(chapter, rows)
+    update_headline(dict(folders.get(folder, [])))
 
 
 if __name__ == "__main__":
+    unknown = [a for a in sys.argv[1:] if a != "--check"]
+    if unknown:
+        sys.exit(f"bench/report.py: unknown argument '{unknown[0]}' (allowed: --check)")
     try:
         main()
     except Malformed as e:
         sys.exit(f"bench/report.py: {e}")
+    if STALE:
+        sys.exit("bench/report.py: not what the CSVs give (run make report): " + " ".join(STALE))

@@ -5,12 +5,14 @@
 # new rungs appear without editing this file.
 #
 # x is the cube root of M N K. Square products of a power of two (the sweep's 128 to 8192) are
-# the lines; the other shapes (1000, 4097, 1023x77x513) are open circles of the rung's colour.
+# the lines; the other shapes (1000, 4097, 1023x77x513) are open circles of the rung's colour,
+# named once in the key. y is logarithmic: the rates span three decades, and on a linear axis
+# the fp16 panel's tensor-core rungs press v1-v7 flat against zero.
 
 if (!exists("csv")) csv = 'bench/results/h200/05-matmul.csv'
 if (!exists("gpu")) gpu = 'the GPU'
 
-set terminal svg size 1100,500 font "sans-serif,11" enhanced background "white"
+set terminal svg size 1100,640 font "sans-serif,11" enhanced background "white"
 set datafile separator whitespace
 
 # awk prelude: header names to column numbers; side(shape) = (M N K)^(1/3); square(shape) = 1
@@ -33,11 +35,15 @@ set logscale x 2
 set xrange [xmin / 1.3 : xmax * 1.3]
 set xtics 2**floor(log(xmin) / log(2)), 2 format "%.0f"
 set xlabel "(M N K)^{1/3}"
-set ylabel "TFLOP/s"
-set yrange [0:*]
+set ylabel "TFLOP/s (log scale)"
+set logscale y 10
+set yrange [*:*]
 set grid xtics ytics lc rgb "#dddddd"
-KEY = "set key left top Left reverse noenhanced box opaque samplen 3"
+KEY = "set key outside below center horizontal maxcols 4 Left reverse noenhanced box samplen 3"
 eval KEY
+
+# The shapes that are no power-of-two square, for the key's entry of the open circles.
+others = system(awk('!square($c["shape"]) && !seen[$c["shape"]]++ { printf "%s%s", n++ ? ", " : "", $c["shape"] }'))
 
 # The rows of one panel and rung as "side TFLOP/s", square shapes (lines) or the others (points).
 rows(d, v, sq) = "< " . awk(sprintf('$c["dtype"] == "%s" && $c["variant"] == "%s" && $c["tflops"] != "" && square($c["shape"]) == %d { printf "%%.3f %%s\n", side($c["shape"]), $c["tflops"] }', d, v, sq)) . " | sort -g"
@@ -50,13 +56,15 @@ do for [panel_no = 1:2] {
     if (words(here) == 0) {
         set label 1 "not measured" at graph 0.5, 0.5 center
         unset key
-        plot [] [0:1] -1 notitle
+        plot [] [0.1:1] -1 notitle
         unset label 1
         eval KEY
     } else {
         plot for [v in here] rows(d, v, 1) using 1:2 with linespoints \
                  lw 1.5 pt 7 ps 0.6 lc rgb colour(v) dt 1 + (strstrt(v, "vendor") == 1) title v, \
-             for [v in here] rows(d, v, 0) using 1:2 with points pt 6 ps 1 lc rgb colour(v) notitle
+             for [v in here] rows(d, v, 0) using 1:2 with points pt 6 ps 1 lc rgb colour(v) notitle, \
+             keyentry with points pt 6 ps 1 lc rgb "#444444" \
+                 title (others eq "" ? "" : "open circles: " . others)
     }
 }
 unset multiplot
