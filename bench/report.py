@@ -38,7 +38,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = "bench/results"
 SWEEPS = "bench/sweeps"
 HEADER = ("chapter,pass,variant,dtype,shape,median_us,min_us,max_us,gbps,tflops,pct_roof,"
-          "vs_vendor,max_abs_err,rel_err,verified,gpu,cc,cuda,date").split(",")
+          "vs_vendor,max_abs_err,rel_err,verified,gpu,cc,cuda,date,ran").split(",")
+OLD_HEADER = HEADER[:-1]    # results written before rows said which rung's kernels ran
 NUMERIC = ["median_us", "min_us", "max_us", "gbps", "tflops", "pct_roof", "vs_vendor",
            "max_abs_err", "rel_err"]
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -61,20 +62,23 @@ class Malformed(Exception):
 def read_csv(path, chapter):
     """The rows of one results CSV as dicts, numbers as floats (None where empty)."""
     rows = []
+    header = HEADER
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         for fields in reader:
             where = f"{path}:{reader.line_num}"
             if reader.line_num == 1:
-                if fields != HEADER:
+                if fields not in (HEADER, OLD_HEADER):
                     raise Malformed(f"{where}: the header is not the schema in README.md "
                                     f"({','.join(HEADER)})")
+                header = fields
                 continue
             if not fields:          # a blank line
                 continue
-            if len(fields) != len(HEADER):
-                raise Malformed(f"{where}: {len(fields)} fields, expected {len(HEADER)}")
-            row = dict(zip(HEADER, fields))
+            if len(fields) != len(header):
+                raise Malformed(f"{where}: {len(fields)} fields, expected {len(header)}")
+            row = dict(zip(header, fields))
+            row.setdefault("ran", "")
             if row["chapter"] != chapter:
                 raise Malformed(f"{where}: chapter is '{row['chapter']}', expected '{chapter}'")
             for key in NUMERIC:
@@ -117,12 +121,25 @@ def is_vendor(v):
     return v == "vendor" or v.startswith("vendor_")
 
 
+def is_own_rung(r):
+    """A rung's row that timed the rung's own kernels: not the vendor's, not the library call
+    (the api row), not a rung that handed the shape to another rung's kernels."""
+    return not is_vendor(r["variant"]) and r["variant"] != "api" and not r["ran"]
+
+
+def short(rung):
+    """v3_warp_shuffle -> v3"""
+    return rung.split("_", 1)[0]
+
+
 def variant_key(v):
-    """v1 < v2 < ... < v10 by rung number, then vendor, its relatives, then the rest (cpu)."""
+    """v1 < v2 < ... < v10 by rung number, then api, vendor, its relatives, then the rest."""
     m = re.match(r"v(\d+)", v)
     if m:
         return (0, int(m.group(1)), v)
-    return (1, 0 if v == "vendor" else 1, v) if is_vendor(v) else (2, 0, v)
+    if v == "api":
+        return (1, 0, v)
+    return (2, 0 if v == "vendor" else 1, v) if is_vendor(v) else (3, 0, v)
 
 
 def latest(rows):
@@ -221,7 +238,7 @@ def full_table(rows):
              f"{fmt_us(r['min_us'])}-{fmt_us(r['max_us'])}" if r["min_us"] is not None else "",
              fmt_rate(r, unit)] + ([fmt_num(r["pct_roof"], ".1f")] if roof else []) +
             [fmt_x(r["vs_vendor"]), fmt_num(r["max_abs_err"], ".2e"),
-             "yes" if r["verified"] else "NO"]
+             ("yes" if r["verified"] else "NO") + (f", ran {r['ran']}" if r["ran"] else "")]
             for r in sort_rows(rows)]
     return table(["pass", "dtype", "variant", "median us", "min-max us", unit or "rate"] +
                  (["% of roof"] if roof else []) + ["vs vendor", "max abs err", "verified"],
@@ -244,20 +261,30 @@ def sweep_table(rows, shapes):
                 if not group:
                     continue
                 vendor = next((r for r in group if r["variant"] == "vendor"), None)
-                rungs = [r for r in group if not is_vendor(r["variant"]) and r["verified"]
+                api = next((r for r in group if r["variant"] == "api"), None)
+                rungs = [r for r in group if is_own_rung(r) and r["verified"]
                          and r["median_us"] is not None]
                 best = min(rungs, key=lambda r: (r["median_us"], variant_key(r["variant"])),
                            default=None)
                 speedup = (vendor["median_us"] / best["median_us"]
                            if best and vendor and vendor["median_us"] and best["median_us"]
                            else None)
+                api_cell = ""
+                if api and api["median_us"]:
+                    api_cell = fmt_us(api["median_us"]) + (f" ({short(api['ran'])})"
+                                                           if api["ran"] else "")
+                    if not api["verified"]:
+                        api_cell += " (failed check)"
                 body.append([p, d, shape, best["variant"] if best else "(none verified)",
                              fmt_us(best and best["median_us"]), fmt_rate(best, unit),
                              fmt_us(vendor and vendor["median_us"]), fmt_rate(vendor, unit),
-                             fmt_x(speedup)])
+                             fmt_x(speedup), api_cell,
+                             fmt_x(api and best and api["median_us"] and
+                                   best["median_us"] / api["median_us"])])
     rate = unit or "rate"
     return table(["pass", "dtype", "shape", "best rung", "us", rate, "vendor us",
-                  f"vendor {rate}", "best vs vendor"], "llllrrrrr", body)
+                  f"vendor {rate}", "best vs vendor", "api us (its rung)", "api vs best"],
+                 "llllrrrrrrr", body)
 
 
 def chapter_section(chapter, rows, labels):
@@ -323,6 +350,8 @@ def readme_block(rows, labels):
                     for d in dtypes:
                         r = cells.get((v, d))
                         us = fmt_us(r and r["median_us"])
+                        if r and r["ran"]:
+                            us += f" ({short(r['ran'])})"
                         if r and not r["verified"]:
                             us += " (failed check)"
                         line += [us, fmt_rate(r, unit)] + \
@@ -358,7 +387,7 @@ def summary_table(rows, shape, metric, notes, where):
     best = {}
     for p, d in columns:
         rungs = [r for r in chosen if r["pass"] == p and r["dtype"] == d and r["verified"]
-                 and not is_vendor(r["variant"]) and r["median_us"]]
+                 and is_own_rung(r) and r["median_us"]]
         if rungs:
             best[(p, d)] = min(rungs, key=lambda r: r["median_us"])["variant"]
     body = []
@@ -367,6 +396,8 @@ def summary_table(rows, shape, metric, notes, where):
         for p, d in columns:
             r = cells.get((v, p, d))
             text = summary_cell(r, metric)
+            if r and r["ran"]:
+                text += f" ({short(r['ran'])})"
             if r and not r["verified"]:
                 text += " (failed check)"
             line.append(f"**{text}**" if text and best.get((p, d)) == v else text)
@@ -428,7 +459,7 @@ def update_readme(chapter, rows):
 
 
 def best_verified(rows):
-    rungs = [r for r in rows if r["verified"] and not is_vendor(r["variant"]) and r["median_us"]]
+    rungs = [r for r in rows if r["verified"] and is_own_rung(r) and r["median_us"]]
     return min(rungs, key=lambda r: r["median_us"], default=None)
 
 

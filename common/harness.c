@@ -12,6 +12,7 @@
 #include "ladder.h"
 #include "pool.h"
 #include "report.h"
+#include "rung_note.h"
 #include "timing.h"
 
 struct run {
@@ -30,6 +31,19 @@ struct run {
 int ladder_is_vendor(const struct rung *r)
 {
     return !strcmp(r->name, "vendor");
+}
+
+const struct rung *ladder_vendor(const struct chapter *ch)
+{
+    for (int i = 0; i < ch->n_rungs; i++)
+        if (ladder_is_vendor(&ch->rungs[i]))
+            return &ch->rungs[i];
+    return NULL;
+}
+
+static size_t workspace_bytes(const struct chapter *ch, const struct problem *p)
+{
+    return ch->workspace_bytes ? ch->workspace_bytes(p) : 0;
 }
 
 const char *ladder_unsupported(const struct rung *r, const struct problem *p, int cc)
@@ -63,7 +77,8 @@ static int build_problem(const struct run *run, struct problem *p, int pass, enu
 {
     char why[256];
     if (problem_init(p, run->ch, pass, t, &run->o.shape, why, sizeof why) ||
-        (run->on_gpu && pool_sets_that_fit(p, why, sizeof why) == 0) ||
+        (run->on_gpu &&
+         pool_sets_that_fit(p, workspace_bytes(run->ch, p), why, sizeof why) == 0) ||
         problem_alloc_host(p, why, sizeof why)) {
         fprintf(stderr, "%s: %s\n", run->ch->id, why);
         return KL_EXIT_CUDA;
@@ -101,6 +116,26 @@ static void emit(struct run *run, const struct result_row *row)
         report_csv_row(run->csv, row, &run->dev);
 }
 
+/* The chapter's rung that a note names: its full name, or its number ("v3") alone. */
+static const struct rung *rung_noted(const struct chapter *ch, const char *noted)
+{
+    const size_t len = strlen(noted);
+    for (int i = 0; i < ch->n_rungs; i++) {
+        const char *name = ch->rungs[i].name;
+        if (!strcmp(name, noted) || (!strncmp(name, noted, len) && name[len] == '_'))
+            return &ch->rungs[i];
+    }
+    return NULL;
+}
+
+/* The rung whose kernels ran in r's place, as its launchers noted, or NULL for r's own. */
+static const char *ran_instead(const struct chapter *ch, const struct rung *r,
+                               const char *noted)
+{
+    const struct rung *ran = noted ? rung_noted(ch, noted) : NULL;
+    return ran && strcmp(ran->name, r->name) ? ran->name : NULL;
+}
+
 /* One pass and dtype: verify every listed rung, then time them, then print the rows. */
 static int run_group(struct run *run, int pass, enum dtype t, const struct rung *const *list,
                      int n)
@@ -111,9 +146,10 @@ static int run_group(struct run *run, int pass, enum dtype t, const struct rung 
         return rc;
     struct pool pl;
     char why[256];
+    const size_t scratch = workspace_bytes(run->ch, &p);
     int want = run->o.hot_l2 || run->o.no_graph
-                   ? 1 : cold_sets_needed(&run->dev, pool_set_bytes(&p));
-    if (pool_create(&pl, &p, want, why, sizeof why)) {
+                   ? 1 : cold_sets_needed(&run->dev, pool_set_bytes(&p, scratch));
+    if (pool_create(&pl, &p, scratch, want, why, sizeof why)) {
         fprintf(stderr, "%s: %s\n", run->ch->id, why);
         problem_free(&p);
         return KL_EXIT_CUDA;
@@ -136,8 +172,10 @@ static int run_group(struct run *run, int pass, enum dtype t, const struct rung 
             continue;
         int bad_tensor;
         const unsigned not_written = list[i]->outputs_not_written[pass];
+        kl_take_rung_note();
         struct verify_result v = pool_verify(&pl, &p, list[i]->launch[pass], not_written,
                                              run->timer.stream, &bad_tensor);
+        row->ran = ran_instead(run->ch, list[i], kl_take_rung_note());
         row->checked = 1;
         row->verified = v.ok;
         row->max_abs_err = v.max_abs_err;
@@ -339,8 +377,9 @@ static int run_exercise(struct run *run)
         return KL_EXIT_WRONG;
     }
     printf("exercise: PASS. Timed beside the vendor at %s:\n\n", run->o.shape.text);
-    const struct rung *list[2] = {ex, &run->ch->rungs[run->ch->n_rungs - 1]};
-    int rc = run_ladder(run, list, 2);
+    const struct rung *vendor = ladder_vendor(run->ch);
+    const struct rung *list[2] = {ex, vendor};
+    int rc = run_ladder(run, list, vendor ? 2 : 1);
     return rc ? rc : run->failed ? KL_EXIT_WRONG : KL_EXIT_OK;
 }
 
@@ -456,7 +495,7 @@ int ladder_check(const struct chapter *ch, const struct rung *r, int pass, enum 
         return -1;
     }
     struct pool pl;
-    if (pool_create(&pl, &p, 1, why, why_len)) {
+    if (pool_create(&pl, &p, workspace_bytes(ch, &p), 1, why, why_len)) {
         problem_free(&p);
         return 2;
     }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "check.h"
+#include "rung_note.h"
 
 /* Arithmetic is done in fp32 for both element types: fp16 storage, fp32 compute. */
 __device__ __forceinline__ float to_float(float v) { return v; }

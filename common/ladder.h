@@ -68,11 +68,13 @@ struct problem {
     size_t reduction_len;         /* terms summed into one output, for the tolerance */
 };
 
-/* Device pointers of one set of a problem's tensors. */
+/* Device pointers of one set of a problem's tensors, and its workspace (NULL where the chapter
+ * needs none): chapter->workspace_bytes(p) bytes, zeroed before a rung's first launch on it. */
 struct launch_args {
     const struct problem *p;
     const void *in[KL_MAX_TENSORS];
     void *out[KL_MAX_TENSORS];
+    void *workspace;
 };
 
 typedef void (*launch_fn)(const struct launch_args *a, cudaStream_t stream);
@@ -112,7 +114,7 @@ struct chapter {
     int n_passes;
     const struct preset *presets;  /* the first is the default */
     int n_presets;
-    const struct rung *rungs;      /* v1, v2, ... then the vendor rung, last */
+    const struct rung *rungs;      /* v1, v2, ..., api, then the vendor rung(s) */
     int n_rungs;
     /* Checks a parsed shape; on failure writes a reason and returns non-zero. */
     int (*check_shape)(const struct shape *s, char *why, size_t why_len);
@@ -124,6 +126,14 @@ struct chapter {
     void (*reference)(struct problem *p);
     const struct rung *exercise;   /* the classroom kernel, checked by --exercise */
     const char *const *exercise_shapes; /* NULL-terminated; verified before the timing */
+    /* Optional: the bytes of scratch device memory the chapter's rungs share for problem p
+     * (counters, partial sums), laid out alike by every rung; NULL where none need any (C++
+     * tables may leave it out). */
+#ifdef __cplusplus
+    size_t (*workspace_bytes)(const struct problem *p) = nullptr;
+#else
+    size_t (*workspace_bytes)(const struct problem *p);
+#endif
 };
 
 /* The whole program: flags, header, table, CSV. Returns the exit status. */
@@ -151,6 +161,9 @@ const char *ladder_unsupported(const struct rung *r, const struct problem *p, in
 
 /* Whether r is the chapter's vendor rung, the yardstick of vs_vendor. */
 int ladder_is_vendor(const struct rung *r);
+
+/* The chapter's vendor rung (named "vendor"); NULL if it has none. */
+const struct rung *ladder_vendor(const struct chapter *ch);
 
 /* Shapes: parse "8x64x128x128-k2s2p0" (0 on success, else a reason) and spell one back. */
 int shape_parse(const char *text, struct shape *s, char *why, size_t why_len);

@@ -16,9 +16,9 @@ static size_t tensor_bytes(const struct tensor *t)
     return t->count * dtype_size(t->type);
 }
 
-size_t pool_set_bytes(const struct problem *p)
+size_t pool_set_bytes(const struct problem *p, size_t workspace_bytes)
 {
-    size_t bytes = 0;
+    size_t bytes = align256(workspace_bytes);
     for (int i = 0; i < p->n_in; i++)
         bytes += align256(tensor_bytes(&p->in[i]));
     for (int i = 0; i < p->n_out; i++)
@@ -26,9 +26,10 @@ size_t pool_set_bytes(const struct problem *p)
     return bytes;
 }
 
-size_t pool_sets_that_fit(const struct problem *p, char *why, size_t why_len)
+size_t pool_sets_that_fit(const struct problem *p, size_t workspace_bytes, char *why,
+                          size_t why_len)
 {
-    size_t free_bytes, total, set = pool_set_bytes(p);
+    size_t free_bytes, total, set = pool_set_bytes(p, workspace_bytes);
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     size_t margin = (size_t)256 << 20; /* for the libraries' workspaces and the L2 flush */
     size_t fits = free_bytes > margin ? (free_bytes - margin) / set : 0;
@@ -38,17 +39,20 @@ size_t pool_sets_that_fit(const struct problem *p, char *why, size_t why_len)
     return fits;
 }
 
-int pool_create(struct pool *pl, const struct problem *p, int want, char *why, size_t why_len)
+int pool_create(struct pool *pl, const struct problem *p, size_t workspace_bytes, int want,
+                char *why, size_t why_len)
 {
     memset(pl, 0, sizeof *pl);
-    pl->stride = pool_set_bytes(p);
+    pl->stride = pool_set_bytes(p, workspace_bytes);
     size_t off = 0;
     for (int i = 0; i < p->n_in; i++, off = align256(off))
         pl->in_off[i] = off, off += tensor_bytes(&p->in[i]);
     for (int i = 0; i < p->n_out; i++, off = align256(off))
         pl->out_off[i] = off, off += tensor_bytes(&p->out[i]);
+    pl->workspace_off = off;
+    pl->workspace_bytes = workspace_bytes;
 
-    size_t fits = pool_sets_that_fit(p, why, why_len);
+    size_t fits = pool_sets_that_fit(p, workspace_bytes, why, why_len);
     if (fits == 0)
         return -1;
     pl->nsets = want < 1 ? 1 : want;
@@ -88,7 +92,15 @@ struct launch_args pool_args(const struct pool *pl, const struct problem *p, int
         a.in[i] = base + pl->in_off[i];
     for (int i = 0; i < p->n_out; i++)
         a.out[i] = base + pl->out_off[i];
+    a.workspace = pl->workspace_bytes ? base + pl->workspace_off : NULL;
     return a;
+}
+
+void pool_zero_workspaces(const struct pool *pl, cudaStream_t s)
+{
+    for (int k = 0; pl->workspace_bytes && k < pl->nsets; k++)
+        CUDA_CHECK(cudaMemsetAsync(pl->base + (size_t)k * pl->stride + pl->workspace_off, 0,
+                                   pl->workspace_bytes, s));
 }
 
 void pool_poison_outputs(const struct pool *pl, const struct problem *p, int set, cudaStream_t s)
@@ -103,6 +115,7 @@ struct verify_result pool_verify(const struct pool *pl, const struct problem *p,
 {
     struct launch_args a = pool_args(pl, p, 0);
     pool_poison_outputs(pl, p, 0, s);
+    pool_zero_workspaces(pl, s);
     launch(&a, s);
     CUDA_CHECK(cudaStreamSynchronize(s));
 

@@ -13,18 +13,26 @@ struct pool {
     char *base;
     size_t stride;                       /* bytes of one set, tensors 256-byte aligned */
     size_t in_off[KL_MAX_TENSORS], out_off[KL_MAX_TENSORS];
+    size_t workspace_off, workspace_bytes; /* each set's own workspace, after its tensors */
     int nsets;
 };
 
-/* Bytes of one set of p's tensors. */
-size_t pool_set_bytes(const struct problem *p);
+/* Bytes of one set of p's tensors and a workspace of workspace_bytes. */
+size_t pool_set_bytes(const struct problem *p, size_t workspace_bytes);
 
-/* How many sets of p's tensors fit in free GPU memory; 0 with a message in why if none. */
-size_t pool_sets_that_fit(const struct problem *p, char *why, size_t why_len);
+/* How many sets of p's tensors (and workspaces) fit in free GPU memory; 0 with a message in
+ * why if none. */
+size_t pool_sets_that_fit(const struct problem *p, size_t workspace_bytes, char *why,
+                          size_t why_len);
 
-/* Allocates up to want sets (at least one) and copies p's inputs into each. Returns 0, or -1
- * with a message in why when not even one set fits in GPU memory. */
-int pool_create(struct pool *pl, const struct problem *p, int want, char *why, size_t why_len);
+/* Allocates up to want sets (at least one), each with a workspace of workspace_bytes, and
+ * copies p's inputs into each. Returns 0, or -1 with a message in why when not even one set
+ * fits in GPU memory. */
+int pool_create(struct pool *pl, const struct problem *p, size_t workspace_bytes, int want,
+                char *why, size_t why_len);
+
+/* Zeroes every set's workspace, as a rung's first launch on it expects. */
+void pool_zero_workspaces(const struct pool *pl, cudaStream_t s);
 void pool_destroy(struct pool *pl);
 
 struct launch_args pool_args(const struct pool *pl, const struct problem *p, int set);
@@ -33,7 +41,7 @@ struct launch_args pool_args(const struct pool *pl, const struct problem *p, int
 void pool_poison_outputs(const struct pool *pl, const struct problem *p, int set,
                          cudaStream_t s);
 
-/* Runs launch once on set 0, outputs poisoned first, and compares every output with the
+/* Runs launch once on set 0, outputs poisoned and workspaces zeroed first, and compares every output with the
  * reference, except those in the mask not_written (1u << i). */
 struct verify_result pool_verify(const struct pool *pl, const struct problem *p, launch_fn launch,
                                  unsigned not_written, cudaStream_t s, int *bad_tensor);

@@ -5,7 +5,7 @@
 
 #define CSV_HEADER                                                                             \
     "chapter,pass,variant,dtype,shape,median_us,min_us,max_us,gbps,tflops,pct_roof,vs_vendor,"  \
-    "max_abs_err,rel_err,verified,gpu,cc,cuda,date"
+    "max_abs_err,rel_err,verified,gpu,cc,cuda,date,ran"
 
 void report_table_header(FILE *f)
 {
@@ -50,9 +50,9 @@ void report_table_row(FILE *f, const struct result_row *r)
         snprintf(abs_err, sizeof abs_err, "%.2e", r->max_abs_err);
         snprintf(rel_err, sizeof rel_err, "%.2e", r->rel_err);
     }
-    fprintf(f, "%-7s %-22s %-5s %-20s %10s %19s %14s %6s %9s %9s %9s  %s\n", r->pass, r->variant,
-            dtype_name(r->dtype), r->shape, median, range, rate, roof, vendor, abs_err, rel_err,
-            r->verdict);
+    fprintf(f, "%-7s %-22s %-5s %-20s %10s %19s %14s %6s %9s %9s %9s  %s%s%s\n", r->pass,
+            r->variant, dtype_name(r->dtype), r->shape, median, range, rate, roof, vendor, abs_err,
+            rel_err, r->verdict, r->ran ? ", ran " : "", r->ran ? r->ran : "");
 }
 
 FILE *report_csv_open(const char *path)
@@ -83,9 +83,9 @@ void report_csv_row(FILE *f, const struct result_row *r, const struct device_inf
         snprintf(abs_err, sizeof abs_err, "%.3e", r->max_abs_err);
         snprintf(rel_err, sizeof rel_err, "%.3e", r->rel_err);
     }
-    fprintf(f, "%s,%s,%s,%s,%s,%.3f,%.3f,%.3f,%s,%s,%.2f,%s,%s,%s,%d,%s,%s,%s,%s\n", r->chapter,
-            r->pass, r->variant, dtype_name(r->dtype), r->shape, r->us.median, r->us.min,
-            r->us.max, gbps, tflops, r->pct_roof, vendor, abs_err, rel_err, r->verified,
-            d->name, cc, cuda, date);
+    fprintf(f, "%s,%s,%s,%s,%s,%.3f,%.3f,%.3f,%s,%s,%.2f,%s,%s,%s,%d,%s,%s,%s,%s,%s\n",
+            r->chapter, r->pass, r->variant, dtype_name(r->dtype), r->shape, r->us.median,
+            r->us.min, r->us.max, gbps, tflops, r->pct_roof, vendor, abs_err, rel_err,
+            r->verified, d->name, cc, cuda, date, r->ran ? r->ran : "");
     fflush(f);
 }

@@ -24,6 +24,7 @@ struct result_row {
     double max_abs_err, rel_err;
     int verified;
     const char *verdict;    /* ok, FAIL, unverified, unsupported: ... */
+    const char *ran;        /* the rung whose kernels ran in this one's place, or NULL */
 };
 
 void report_table_header(FILE *f);

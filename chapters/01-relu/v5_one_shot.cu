@@ -119,6 +119,7 @@ template <typename T> static void backward(const T *x, const T *dy, T *dx, size_
 
 extern "C" void relu_forward_v5(const void *x, void *y, size_t n, enum dtype t, cudaStream_t s)
 {
+    kl_note_rung("v5_one_shot");
     if (t == DT_FP32)
         forward((const float *)x, (float *)y, n, s);
     else
@@ -128,6 +129,7 @@ extern "C" void relu_forward_v5(const void *x, void *y, size_t n, enum dtype t, 
 extern "C" void relu_backward_v5(const void *x, const void *dy, void *dx, size_t n, enum dtype t,
                                  cudaStream_t s)
 {
+    kl_note_rung("v5_one_shot");
     if (t == DT_FP32)
         backward((const float *)x, (const float *)dy, (float *)dx, n, s);
     else

@@ -40,6 +40,7 @@ __global__ void __launch_bounds__(THREADS)
 extern "C" void bias_grad_v5(const void *dy, void *db, struct bias_grad_size z, enum dtype t,
                              cudaStream_t s)
 {
+    kl_note_rung("v5_fp16_accumulate");
     (void)t; /* fp16 only: the rung table says so */
     bias_grad_shared_tree_half_sums<<<(unsigned)z.c, THREADS, 0, s>>>((const __half *)dy,
                                                                       (__half *)db, z);

@@ -298,6 +298,7 @@ static int forward(const T *x, T *y, struct softmax_dims d, cudaStream_t s)
 extern "C" void softmax_forward_v3(const void *x, void *y, struct softmax_dims d, enum dtype t,
                                    cudaStream_t s)
 {
+    kl_note_rung("v3_warp_shuffle");
     int done = t == DT_FP32 ? forward((const float *)x, (float *)y, d, s)
                             : forward((const __half *)x, (__half *)y, d, s);
     if (!done)
@@ -349,6 +350,7 @@ static int backward(const T *y, const T *dy, T *dx, struct softmax_dims d, cudaS
 extern "C" void softmax_backward_v3(const void *y, const void *dy, void *dx,
                                     struct softmax_dims d, enum dtype t, cudaStream_t s)
 {
+    kl_note_rung("v3_warp_shuffle");
     int done = t == DT_FP32
                    ? backward((const float *)y, (const float *)dy, (float *)dx, d, s)
                    : backward((const __half *)y, (const __half *)dy, (__half *)dx, d, s);

@@ -76,6 +76,7 @@ static void launch(const T *x, const int32_t *labels, float *loss, T *dx, size_t
 extern "C" void ce_v1(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,
                       size_t n_classes, enum dtype t, cudaStream_t s)
 {
+    kl_note_rung("v1_naive");
     if (t == DT_FP32)
         launch((const float *)x, labels, loss, (float *)dx, n_rows, n_classes, s);
     else

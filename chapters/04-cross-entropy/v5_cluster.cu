@@ -526,5 +526,6 @@ extern "C" void ce_v5_launch(const void *x, const int32_t *labels, float *loss, 
 extern "C" void ce_v5(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,
                       size_t n_classes, enum dtype t, cudaStream_t s)
 {
+    kl_note_rung("v5_cluster");
     ce_v5_launch(x, labels, loss, dx, n_rows, n_classes, t, false, s);
 }

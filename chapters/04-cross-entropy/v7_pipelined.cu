@@ -530,6 +530,7 @@ extern "C" size_t ce_v7_ring_misalignment(void)
 extern "C" void ce_v7(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,
                       size_t n_classes, enum dtype t, cudaStream_t s)
 {
+    kl_note_rung("v7_pipelined");
     const bool done =
         t == DT_FP32
             ? launch((const float *)x, labels, loss, (float *)dx, n_rows, n_classes, s)

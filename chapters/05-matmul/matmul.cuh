@@ -87,6 +87,7 @@ static inline unsigned matmul_blocks(int64_t len, int tile)
     extern "C" void matmul_##v(const void *a, const void *b, void *c, struct matmul_dims d,    \
                                enum dtype t, cudaStream_t s)                                   \
     {                                                                                          \
+        kl_note_rung(#v);                                                                      \
         if (t == DT_FP32)                                                                      \
             kernel<float><<<grid, block, 0, s>>>((const float *)a, (const float *)b,           \
                                                  (float *)c, d.m, d.n, d.k);                   \

@@ -766,6 +766,7 @@ extern "C" const char *matmul_v10_unsupported(void)
 extern "C" void matmul_v10(const void *a, const void *b, void *c, struct matmul_dims d,
                            enum dtype t, cudaStream_t s)
 {
+    kl_note_rung("v10_wgmma");
     const struct v10_device *dev = v10_device_state();
     /* TMA reads and writes rows whose byte stride is a multiple of 16 from a 16-byte aligned
      * base. Everything else, and any other GPU, goes to v9. */

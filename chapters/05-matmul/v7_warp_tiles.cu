@@ -494,6 +494,7 @@ static bool wide_tiles_pay(struct matmul_dims d)
 extern "C" void matmul_v7(const void *a, const void *b, void *c, struct matmul_dims d,
                           enum dtype t, cudaStream_t s)
 {
+    kl_note_rung("v7_warp_tiles");
     if (t == DT_FP32 && wide_tiles_pay(d))
         launch_width<float, V7_BN_WIDE>((const float *)a, (const float *)b, (float *)c, d, s);
     else if (t == DT_FP32)

@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 extern "C" void matmul_v8(const void *a, const void *b, void *c, struct matmul_dims d,
                           enum dtype t, cudaStream_t s)
 {
+    kl_note_rung("v8_wmma");
     (void)t; /* fp16 only: the rung's dtypes say so */
     const bool vec_a = d.k % 8 == 0 && aligned16(a), vec_b = d.n % 8 == 0 && aligned16(b);
     const dim3 grid(matmul_blocks(d.n, BN), matmul_blocks(d.m, BM));

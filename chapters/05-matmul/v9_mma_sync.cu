@@ -540,6 +540,7 @@ __global__ void __launch_bounds__(THREADS, V9_MIN_BLOCKS)
 extern "C" void matmul_v9(const void *a, const void *b, void *c, struct matmul_dims d,
                           enum dtype t, cudaStream_t s)
 {
+    kl_note_rung("v9_mma_sync");
     (void)t; /* fp16 only: the rung's dtypes say so */
     static size_t room = 0; /* above 48 KB of dynamic shared memory a kernel must opt in */
     if (!room) {

@@ -262,6 +262,7 @@ static inline unsigned maxpool_blocks(int64_t items, int threads)
     extern "C" void maxpool_forward_##v(const void *x, void *y, uint8_t *argmax,               \
                                         struct maxpool_dims d, enum dtype t, cudaStream_t s)   \
     {                                                                                          \
+        kl_note_rung(#v);                                                                      \
         if (t == DT_FP32)                                                                      \
             forward((const float *)x, (float *)y, argmax, d, s);                               \
         else                                                                                   \
@@ -272,6 +273,7 @@ static inline unsigned maxpool_blocks(int64_t items, int threads)
     extern "C" void maxpool_backward_##v(const void *dy, const uint8_t *argmax, void *dx,      \
                                          struct maxpool_dims d, enum dtype t, cudaStream_t s)  \
     {                                                                                          \
+        kl_note_rung(#v);                                                                      \
         if (t == DT_FP32)                                                                      \
             backward((const float *)dy, argmax, (float *)dx, d, s);                            \
         else                                                                                   \

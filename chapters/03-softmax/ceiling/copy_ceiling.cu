@@ -185,8 +185,13 @@ static int measure(struct timer *t, const struct device_info *d, double roof_gbp
     const struct chapter *ch = &softmax_chapter;
     struct problem p;
     char why[256];
-    if (problem_init(&p, ch, pass, dt, s, why, sizeof why) ||
-        pool_sets_that_fit(&p, why, sizeof why) == 0 || problem_alloc_host(&p, why, sizeof why)) {
+    if (problem_init(&p, ch, pass, dt, s, why, sizeof why)) {
+        fprintf(stderr, "03-copy-ceiling: %s\n", why);
+        exit(KL_EXIT_CUDA);
+    }
+    const size_t scratch = ch->workspace_bytes ? ch->workspace_bytes(&p) : 0;
+    if (pool_sets_that_fit(&p, scratch, why, sizeof why) == 0 ||
+        problem_alloc_host(&p, why, sizeof why)) {
         fprintf(stderr, "03-copy-ceiling: %s\n", why);
         exit(KL_EXIT_CUDA);
     }
@@ -194,7 +199,8 @@ static int measure(struct timer *t, const struct device_info *d, double roof_gbp
     ch->fill(&p, &rng);
     ch->reference(&p);
     struct pool pl;
-    if (pool_create(&pl, &p, cold_sets_needed(d, pool_set_bytes(&p)), why, sizeof why)) {
+    if (pool_create(&pl, &p, scratch, cold_sets_needed(d, pool_set_bytes(&p, scratch)), why,
+                    sizeof why)) {
         fprintf(stderr, "03-copy-ceiling: %s\n", why);
         exit(KL_EXIT_CUDA);
     }
