@@ -45,10 +45,29 @@ objects = $(filter %.o %.a,$^)
 
 COMMON_C := $(wildcard common/*.c)
 COMMON_OBJ := $(COMMON_C:%.c=$(OBJ)/%.o)
+
+# A chapter is a library and a program. build/lib/libkl-NN.a holds its rungs and api.cu, what
+# other chapters call through its api.h; the program adds main.cu (the rung table), vendor.cu,
+# exercise.cu and reference.c. A chapter names the chapters it calls in chapters/NN-name/uses
+# (their numbers on one line), and links their libraries.
+chapter_number = $(firstword $(subst -, ,$(1)))
+PROGRAM_FILES := main.cu vendor.cu exercise.cu reference.c
 chapter_srcs = $(wildcard chapters/$(1)/*.cu) $(wildcard chapters/$(1)/*.c)
-chapter_objs = $(patsubst %,$(OBJ)/%.o,$(basename $(call chapter_srcs,$(1))))
+objs_of = $(patsubst %,$(OBJ)/%.o,$(basename $(1)))
+chapter_lib_objs = $(call objs_of,$(filter-out $(addprefix chapters/$(1)/,$(PROGRAM_FILES)),\
+                                   $(call chapter_srcs,$(1))))
+chapter_program_objs = $(call objs_of,$(filter $(addprefix chapters/$(1)/,$(PROGRAM_FILES)),\
+                                       $(call chapter_srcs,$(1))))
+chapter_uses = $(foreach n,$(shell cat chapters/$(1)/uses 2>/dev/null),$(filter $(n)-%,$(CHAPTERS)))
+lib_of = $(BUILD)/lib/libkl-$(call chapter_number,$(1)).a
+chapter_named = $(filter $(1)-%,$(CHAPTERS))
+chapter_libs = $(call lib_of,$(1)) $(foreach u,$(call chapter_uses,$(1)),$(call lib_of,$(u)))
+# The include paths of a chapter's source file $(1): its own folder, and chapters/, so that
+# another chapter's entry points are included as "05-matmul/api.h".
+chapter_includes = $(if $(filter chapters/%,$(1)),-I$(dir $(1)) -Ichapters)
 # The tests link each chapter's rung table from main.cu built without main().
-chapter_lib_objs = $(patsubst %/main.o,%/main.nomain.o,$(call chapter_objs,$(1)))
+test_objs = $(patsubst %/main.o,%/main.nomain.o,$(call chapter_program_objs,$(1)))
+LIBS := $(BUILD)/lib/libkl-common.a $(foreach c,$(CHAPTERS),$(call lib_of,$(c)))
 
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(OBJ)/%.o)
@@ -56,12 +75,10 @@ PROGRAMS := $(CHAPTERS:%=$(BUILD)/bin/%)
 CEILING := $(BUILD)/bin/05-mma-sync-ceiling
 COPY_CEILING := $(BUILD)/bin/03-copy-ceiling
 
-chapter_number = $(firstword $(subst -, ,$(1)))
-
 .PHONY: all help toolkit deps deps-test deps-plots test run bench plots report sanitize clean \
         $(foreach c,$(CHAPTERS),chapter-$(call chapter_number,$(c)))
 
-all: toolkit $(PROGRAMS) $(CEILING) $(COPY_CEILING) $(BUILD)/bin/tests
+all: toolkit $(LIBS) $(PROGRAMS) $(CEILING) $(COPY_CEILING) $(BUILD)/bin/tests
 
 help:
 	@echo "make               build every chapter and the tests"
@@ -99,11 +116,11 @@ deps-plots:
 
 $(OBJ)/%.o: %.c | toolkit
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(if $(filter chapters/%,$<),-I$(dir $<)) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS) $(call chapter_includes,$<) -MMD -MP -c $< -o $@
 
 $(OBJ)/%.o: %.cu | toolkit
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -I$(dir $<) -MMD -MP -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(call chapter_includes,$<) -MMD -MP -c $< -o $@
 
 # Rungs that use instructions of sm_90a alone (wgmma, setmaxnreg): their Hopper code is built
 # for sm_90a, which runs on compute capability 9.0 only.
@@ -113,15 +130,24 @@ $(SM90A_RUNGS:%=$(OBJ)/%.o): GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode \
 
 $(OBJ)/%.nomain.o: %.cu | toolkit
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -I$(dir $<) -DKL_NO_MAIN -MMD -MP -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(call chapter_includes,$<) -DKL_NO_MAIN -MMD -MP -c $< -o $@
 
 $(OBJ)/tests/%.o: tests/%.c | deps-test toolkit
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(addprefix -Ichapters/,$(CHAPTERS)) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS) -Ichapters $(addprefix -Ichapters/,$(CHAPTERS)) -MMD -MP -c $< -o $@
 
 .SECONDARY:
 .SECONDEXPANSION:
-$(BUILD)/bin/%: $(COMMON_OBJ) $$(call chapter_objs,%) $(ARCH_STAMP)
+# common/ as a library too, for a program of one's own that calls the chapters' api.h.
+$(BUILD)/lib/libkl-common.a: $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $(objects)
+
+$(BUILD)/lib/libkl-%.a: $$(call chapter_lib_objs,$$(call chapter_named,$$*)) $(ARCH_STAMP)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $(objects)
+
+$(BUILD)/bin/%: $(COMMON_OBJ) $$(call chapter_program_objs,%) $$(call chapter_libs,%) $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(GENCODE) -o $@ $(objects) $(LDFLAGS) $(LDLIBS)
 
@@ -133,12 +159,12 @@ $(CEILING): $(OBJ)/chapters/05-matmul/ceiling/mma_sync_ceiling.o $(OBJ)/common/c
 
 # Chapter 03's second program: copies of a softmax pass's bytes beside its rungs (see its header).
 $(COPY_CEILING): $(OBJ)/chapters/03-softmax/ceiling/copy_ceiling.o $(COMMON_OBJ) \
-                 $(call chapter_lib_objs,03-softmax) $(ARCH_STAMP)
+                 $(call test_objs,03-softmax) $(call chapter_libs,03-softmax) $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(GENCODE) -o $@ $(objects) $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/bin/tests: $(TEST_OBJ) $(COMMON_OBJ) $(foreach c,$(CHAPTERS),$(call chapter_lib_objs,$(c))) \
-                   $(ARCH_STAMP)
+$(BUILD)/bin/tests: $(TEST_OBJ) $(COMMON_OBJ) $(foreach c,$(CHAPTERS),$(call test_objs,$(c))) \
+                   $(filter-out %/libkl-common.a,$(LIBS)) $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(GENCODE) -o $@ $(objects) $(LDFLAGS) $(LDLIBS) -lcriterion
 
