@@ -5,6 +5,7 @@
  * writes dx (3 arrays). */
 #include <stdio.h>
 
+#include "api.h"
 #include "relu.h"
 
 /* The harness hands a rung a problem; the launchers take pointers and a count. */
@@ -23,6 +24,18 @@ ADAPT(v3)
 ADAPT(v4)
 ADAPT(v5)
 ADAPT(vendor)
+
+/* The library call, api.h's entry points: they pick the rung. */
+static void fwd_api(const struct launch_args *a, cudaStream_t s)
+{
+    relu_forward(a->in[0], a->out[0], (struct relu_dims){a->p->in[0].count}, a->p->dtype, s);
+}
+
+static void bwd_api(const struct launch_args *a, cudaStream_t s)
+{
+    relu_backward(a->in[0], a->in[1], a->out[0], (struct relu_dims){a->p->in[0].count},
+                  a->p->dtype, s);
+}
 
 static void fwd_exercise(const struct launch_args *a, cudaStream_t s)
 {
@@ -52,6 +65,8 @@ static const struct rung rungs[] = {
     RUNG("v3_vector", v3, "128-bit loads and stores, scalar tail", NULL),
     RUNG("v4_vector_ilp", v4, "4 vectors in flight per thread", NULL),
     RUNG("v5_one_shot", v5, "no loop: one-shot blocks, 2 vectors per thread",
+         naive_unsupported),
+    RUNG("api", api, "the library: api.h's relu_forward and relu_backward pick the rung",
          naive_unsupported),
     RUNG("vendor", vendor, "cuDNN cudnnActivationForward/Backward, RELU", vendor_unsupported),
 };
