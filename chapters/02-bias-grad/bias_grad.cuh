@@ -74,15 +74,18 @@ __global__ void bias_grad_add_partials(const float *__restrict__ partials, T *__
         db[c] = from_float<T>(sum);
 }
 
-/* Both passes, the partials in the rung's own workspace (*ws, *ws_bytes), grown as needed. */
+/* The fewest elements a chunk of v4 or v6 holds (v4's in fp32: 256 threads x 4 packs of 4),
+ * so that bias_grad_workspace_bytes has room for the partials of either. */
+#define BIAS_GRAD_MIN_CHUNK 4096
+
+/* Both passes, the partials in the caller's workspace: a float a chunk of every row. */
 template <typename Chunk, typename T>
-static void bias_grad_launch_chunked(const T *dy, T *db, struct bias_grad_size z, float **ws,
-                                     size_t *ws_bytes, cudaStream_t s)
+static void bias_grad_launch_chunked(const T *dy, T *db, struct bias_grad_size z,
+                                     float *partials, cudaStream_t s)
 {
+    static_assert(Chunk::elements >= BIAS_GRAD_MIN_CHUNK, "the workspace holds fewer partials");
     const int64_t chunks = (z.hw + Chunk::elements - 1) / Chunk::elements;
     const int64_t per_channel = z.n * chunks;
-    float *partials = (float *)kl_grow_buffer((void **)ws, ws_bytes,
-                                              (size_t)(z.c * per_channel) * sizeof(float), s);
     bias_grad_chunk_sums<Chunk><<<(unsigned)(z.n * z.c * chunks), Chunk::threads, 0, s>>>(
         dy, partials, z, chunks);
     LAUNCH_CHECK();

@@ -4,6 +4,7 @@
  * db, C sums of N x H x W elements each. */
 #include <stdio.h>
 
+#include "api.h"
 #include "bias_grad.h"
 
 static struct bias_grad_size size_of(const struct problem *p)
@@ -19,14 +20,37 @@ static struct bias_grad_size size_of(const struct problem *p)
     {                                                                                          \
         bias_grad_##v(a->in[0], a->out[0], size_of(a->p), a->p->dtype, s);                     \
     }
+#define ADAPT_WITH_WORKSPACE(v)                                                                \
+    static void bwd_##v(const struct launch_args *a, cudaStream_t s)                           \
+    {                                                                                          \
+        bias_grad_##v(a->in[0], a->out[0], size_of(a->p), a->p->dtype, a->workspace, s);       \
+    }
 ADAPT(v1)
-ADAPT(v2)
+ADAPT_WITH_WORKSPACE(v2)
 ADAPT(v3)
-ADAPT(v4)
+ADAPT_WITH_WORKSPACE(v4)
 ADAPT(v5)
-ADAPT(v6)
+ADAPT_WITH_WORKSPACE(v6)
 ADAPT(vendor)
 ADAPT(exercise)
+
+static struct bias_grad_dims dims_of(const struct problem *p)
+{
+    const int64_t *d = p->shape.dim;
+    struct bias_grad_dims dims = {d[0], d[1], d[2], d[3]};
+    return dims;
+}
+
+/* The library call, api.h's bias_grad: it picks the rung. */
+static void bwd_api(const struct launch_args *a, cudaStream_t s)
+{
+    bias_grad(a->in[0], a->out[0], dims_of(a->p), a->p->dtype, a->workspace, s);
+}
+
+static size_t workspace_bytes(const struct problem *p)
+{
+    return bias_grad_workspace_bytes(dims_of(p), p->dtype);
+}
 
 /* cuDNN takes int dimensions: dy is described as n x c x 1 x hw. */
 static const char *vendor_unsupported(const struct problem *p)
@@ -51,6 +75,7 @@ static const struct rung rungs[] = {
     {.name = "v6_tensor_core_sum", .idea = "v4 with each fp16 pack summed by one mma.sync",
      .launch = {bwd_v6}, .dtypes = 1u << DT_FP16, .min_cc = 80, .unsupported = NULL,
      .shown_for_error = NULL},
+    RUNG("api", api, "the library: api.h's bias_grad picks the rung", DT_FLOATS, NULL),
     {.name = "vendor", .idea = "cuDNN cudnnConvolutionBackwardBias", .launch = {bwd_vendor},
      .dtypes = DT_FLOATS, .min_cc = 0, .unsupported = vendor_unsupported,
      .shown_for_error = NULL},
@@ -121,6 +146,7 @@ extern "C" const struct chapter bias_grad_chapter = {
     .reference = reference,
     .exercise = &exercise,
     .exercise_shapes = exercise_shapes,
+    .workspace_bytes = workspace_bytes,
 };
 
 #ifndef KL_NO_MAIN

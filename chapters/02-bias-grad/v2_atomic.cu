@@ -8,8 +8,8 @@
  * Cost: n x c x hw atomics onto only c addresses. Atomics to one address are serialised in the
  * L2, so at the seed shape each of 128 addresses takes 131072 additions one after another.
  * Expected: far better than v1, still far from the roof, and the order of the additions (so the
- * last bits of the result) changes from run to run. The sums are kept in fp32 in a workspace
- * and then stored in db's type by a second, tiny kernel. */
+ * last bits of the result) changes from run to run. The sums are kept in fp32 in the caller's
+ * workspace and then stored in db's type by a second, tiny kernel. */
 #include "bias_grad.cuh"
 
 #define THREADS 256
@@ -26,14 +26,9 @@ __global__ void bias_grad_atomic(const T *__restrict__ dy, float *__restrict__ s
     }
 }
 
-static float *workspace;
-static size_t workspace_bytes;
-
 template <typename T> static void launch(const T *dy, T *db, struct bias_grad_size z,
-                                         cudaStream_t s)
+                                         float *sums, cudaStream_t s)
 {
-    float *sums = (float *)kl_grow_buffer((void **)&workspace, &workspace_bytes,
-                                          (size_t)z.c * sizeof(float), s);
     CUDA_CHECK(cudaMemsetAsync(sums, 0, (size_t)z.c * sizeof(float), s));
     size_t total = (size_t)(z.n * z.c * z.hw);
     int blocks = grid_to_fill_gpu((const void *)bias_grad_atomic<T>, THREADS,
@@ -45,10 +40,11 @@ template <typename T> static void launch(const T *dy, T *db, struct bias_grad_si
 }
 
 extern "C" void bias_grad_v2(const void *dy, void *db, struct bias_grad_size z, enum dtype t,
-                             cudaStream_t s)
+                             void *workspace, cudaStream_t s)
 {
+    kl_note_rung("v2_atomic");
     if (t == DT_FP32)
-        launch((const float *)dy, (float *)db, z, s);
+        launch((const float *)dy, (float *)db, z, (float *)workspace, s);
     else
-        launch((const __half *)dy, (__half *)db, z, s);
+        launch((const __half *)dy, (__half *)db, z, (float *)workspace, s);
 }
