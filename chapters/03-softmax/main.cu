@@ -8,6 +8,7 @@
 
 #include <math.h>
 
+#include "api.h"
 #include "softmax.h"
 
 static struct softmax_dims dims_of(const struct problem *p)
@@ -35,8 +36,25 @@ ADAPT(v5)
 ADAPT(v6)
 ADAPT(v7)
 ADAPT(v8)
-ADAPT(v9)
 ADAPT(vendor)
+
+/* v9 and the library call take the chapter's workspace (softmax_workspace_bytes). */
+#define ADAPT_WITH_WORKSPACE(v, forward, backward)                                             \
+    static void fwd_##v(const struct launch_args *a, cudaStream_t s)                           \
+    {                                                                                          \
+        forward(a->in[0], a->out[0], dims_of(a->p), a->p->dtype, a->workspace, s);             \
+    }                                                                                          \
+    static void bwd_##v(const struct launch_args *a, cudaStream_t s)                           \
+    {                                                                                          \
+        backward(a->in[0], a->in[1], a->out[0], dims_of(a->p), a->p->dtype, a->workspace, s);  \
+    }
+ADAPT_WITH_WORKSPACE(v9, softmax_forward_v9, softmax_backward_v9)
+ADAPT_WITH_WORKSPACE(api, softmax_forward, softmax_backward)
+
+static size_t workspace_bytes(const struct problem *p)
+{
+    return softmax_workspace_bytes(dims_of(p), p->dtype);
+}
 
 static void fwd_exercise(const struct launch_args *a, cudaStream_t s)
 {
@@ -72,6 +90,8 @@ static const struct rung rungs[] = {
     RUNG_CC("v9_image_stream", v9,
             "v8's slabs in a resident grid: teams meet in global memory, next image loads early",
             90, NULL),
+    RUNG("api", api, "the library: api.h's softmax_forward and softmax_backward pick the rung",
+         NULL),
     RUNG("vendor", vendor, "cuDNN cudnnSoftmaxForward/Backward, accurate, channel mode",
          vendor_unsupported),
 };
@@ -196,6 +216,7 @@ extern "C" const struct chapter softmax_chapter = {
     .reference = reference,
     .exercise = &exercise,
     .exercise_shapes = exercise_shapes,
+    .workspace_bytes = workspace_bytes,
 };
 
 #ifndef KL_NO_MAIN

@@ -10,16 +10,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "api.h"
 #include "ladder.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* An NCHW tensor. A "row" is the C values at one (n, h, w): they lie H*W elements apart. */
-struct softmax_dims {
-    int64_t n, c, h, w;
-};
 
 #define SOFTMAX_RUNG(v)                                                                        \
     void softmax_forward_##v(const void *x, void *y, struct softmax_dims d, enum dtype t,      \
@@ -34,9 +30,16 @@ SOFTMAX_RUNG(v5)
 SOFTMAX_RUNG(v6)
 SOFTMAX_RUNG(v7)
 SOFTMAX_RUNG(v8)
-SOFTMAX_RUNG(v9)
 SOFTMAX_RUNG(vendor)
 #undef SOFTMAX_RUNG
+
+/* v9's teams meet in `workspace`: softmax_v9_workspace_bytes(d) bytes, zeroed before its first
+ * launch, left zeroed by every launch (api.h's softmax_workspace_bytes covers it). */
+void softmax_forward_v9(const void *x, void *y, struct softmax_dims d, enum dtype t,
+                        void *workspace, cudaStream_t s);
+void softmax_backward_v9(const void *y, const void *dy, void *dx, struct softmax_dims d,
+                         enum dtype t, void *workspace, cudaStream_t s);
+size_t softmax_v9_workspace_bytes(struct softmax_dims d);
 
 /* v5's launchers with the choice v6 makes: early = programmatic dependent launch (sm_90). */
 void softmax_forward_v5_launch(const void *x, void *y, struct softmax_dims d, enum dtype t,

@@ -21,9 +21,10 @@
  * v3's 57%; the fp16 backward likewise. The fp16 forward fits in one round, as in v8, and
  * pays for the slower exchange.
  * Limits: v8's shapes (strided rows 2 to 255 positions apart, more than 32 channels, C H W a
- * multiple of 16 bytes), images cut into at most 16 slabs, at most 1024 blocks resident; one
- * launch at a time per GPU (the teams' counters are the module's own). The rest runs as in v8.
- * Needs sm_90 (bulk copies) and cooperative launch. */
+ * multiple of 16 bytes), images cut into at most 16 slabs, at most 1024 blocks resident; the
+ * teams' counters and summaries in the caller's workspace (softmax_workspace_bytes), so two
+ * launches at once need one each. The rest runs as in v8. Needs sm_90 (bulk copies) and
+ * cooperative launch. */
 #include "image_slabs.cuh"
 #include "launch.cuh"
 #include "softmax.h"
@@ -31,18 +32,36 @@
 #define MAX_TEAM 16  /* blocks an image at most */
 #define MAX_GRID 1024 /* resident blocks at most: the room in team_results */
 
-/* The teams' meeting place. Each block's per-position results of a round, two rounds deep: a
- * block writes round k + 2's where round k's were, and it gets there only after every block
- * of its team has counted itself in at round k + 1, that is after each has read round k's.
- * Per team, the number of its blocks that have published, over all rounds of a launch; the
- * last block to finish zeroes them for the next launch. */
-static __device__ softmax_stats team_results[2][MAX_GRID * MAX_POSITIONS];
-static __device__ unsigned team_arrivals[MAX_GRID];
-static __device__ unsigned blocks_finished;
+/* The teams' meeting place, in the caller's workspace. Each block's per-position results of
+ * a round, two rounds deep: a block writes round k + 2's where round k's were, and it gets
+ * there only after every block of its team has counted itself in at round k + 1, that is
+ * after each has read round k's. Per team, the number of its blocks that have published, over
+ * all rounds of a launch; the last block to finish zeroes them for the next launch, so the
+ * workspace is zeroed once, before its first launch. */
+struct team_space {
+    unsigned *finished;     /* blocks done with this launch */
+    unsigned *arrivals;     /* [MAX_GRID], a counter a team */
+    softmax_stats *results; /* [2][MAX_GRID][S]: a round's results of every block */
+};
 
-template <typename V> __device__ __forceinline__ V *team_slot(int round, int block)
+#define RESULTS_OFFSET (16 + MAX_GRID * sizeof(unsigned))
+
+static struct team_space team_space_in(void *workspace)
 {
-    return reinterpret_cast<V *>(team_results[round & 1] + (size_t)block * MAX_POSITIONS);
+    char *base = (char *)workspace;
+    return {(unsigned *)base, (unsigned *)(base + 16), (softmax_stats *)(base + RESULTS_OFFSET)};
+}
+
+extern "C" size_t softmax_v9_workspace_bytes(struct softmax_dims d)
+{
+    const int64_t S = d.h * d.w < MAX_POSITIONS ? d.h * d.w : MAX_POSITIONS;
+    return RESULTS_OFFSET + 2 * MAX_GRID * (size_t)S * sizeof(softmax_stats);
+}
+
+template <typename V>
+__device__ __forceinline__ V *team_slot(const team_space &ts, int S, int round, int block)
+{
+    return reinterpret_cast<V *>(ts.results + ((size_t)(round & 1) * MAX_GRID + block) * S);
 }
 
 /* Reads what another SM wrote: from the L2, never an older copy in this SM's L1. */
@@ -60,8 +79,9 @@ __device__ __forceinline__ float load_fresh(const float *p)
  * counts itself in, waits for the other B - 1, and merges the B results in rank order into
  * combined, so every block of the team gets the same bits. */
 template <typename V, typename Op>
-__device__ __forceinline__ void exchange_through_global(const image_args &a, int team, int round,
-                                                        const V *published, Op op, V *combined)
+__device__ __forceinline__ void exchange_through_global(const image_args &a, const team_space &ts,
+                                                        int team, int round, const V *published,
+                                                        Op op, V *combined)
 {
     if (a.cluster == 1) { /* a team of one has nobody to wait for */
         __syncthreads();
@@ -70,40 +90,40 @@ __device__ __forceinline__ void exchange_through_global(const image_args &a, int
         __syncthreads();
         return;
     }
-    V *mine = team_slot<V>(round, (int)blockIdx.x);
+    V *mine = team_slot<V>(ts, a.S, round, (int)blockIdx.x);
     for (int p = threadIdx.x; p < a.S; p += blockDim.x)
         mine[p] = published[p];
     __threadfence(); /* these writes before the count below, for every SM */
     __syncthreads();
     if (threadIdx.x == 0) {
-        atomicAdd(&team_arrivals[team], 1u);
+        atomicAdd(&ts.arrivals[team], 1u);
         const unsigned everyone = (unsigned)(a.cluster * (round + 1));
-        while (*(volatile unsigned *)&team_arrivals[team] < everyone)
+        while (*(volatile unsigned *)&ts.arrivals[team] < everyone)
             __nanosleep(100);
         __threadfence(); /* the count before the reads below */
     }
     __syncthreads();
     const int first = team * a.cluster;
     for (int p = threadIdx.x; p < a.S; p += blockDim.x) {
-        V acc = load_fresh(team_slot<V>(round, first) + p);
+        V acc = load_fresh(team_slot<V>(ts, a.S, round, first) + p);
         for (int r = 1; r < a.cluster; r++)
-            acc = op(acc, load_fresh(team_slot<V>(round, first + r) + p));
+            acc = op(acc, load_fresh(team_slot<V>(ts, a.S, round, first + r) + p));
         combined[p] = acc;
     }
     __syncthreads();
 }
 
 /* The last block to finish zeroes the teams' counters for the next launch. */
-__device__ __forceinline__ void finish_stream(int teams)
+__device__ __forceinline__ void finish_stream(const team_space &ts, int teams)
 {
     __syncthreads();
     if (threadIdx.x == 0) {
         kl_bulk_stores_wait_read();
         __threadfence();
-        if (atomicAdd(&blocks_finished, 1u) == gridDim.x - 1) {
+        if (atomicAdd(ts.finished, 1u) == gridDim.x - 1) {
             for (int t = 0; t < teams; t++)
-                team_arrivals[t] = 0;
-            blocks_finished = 0;
+                ts.arrivals[t] = 0;
+            *ts.finished = 0;
             __threadfence();
         }
     }
@@ -138,7 +158,7 @@ __device__ __forceinline__ void send_and_refill(const image_args &a, const slab 
 template <typename T, int V>
 __global__ void __launch_bounds__(1024, 1)
     softmax_forward_stream(const T *__restrict__ x, T *__restrict__ y, image_args a, int images,
-                           int teams)
+                           int teams, team_space ts)
 {
     extern __shared__ __align__(128) unsigned char shared[];
     const int team = (int)blockIdx.x / a.cluster, rank = (int)blockIdx.x % a.cluster;
@@ -160,7 +180,8 @@ __global__ void __launch_bounds__(1024, 1)
             summarise_piece<T, V>(a, b, held, j, mine);
         }
         combine_groups(a, b, mine, sh.part, softmax_merge_op(), sh.published);
-        exchange_through_global(a, team, round, sh.published, softmax_merge_op(), sh.combined);
+        exchange_through_global(a, ts, team, round, sh.published, softmax_merge_op(),
+                                sh.combined);
 
         float max[V], scale[V];
 #pragma unroll
@@ -173,7 +194,7 @@ __global__ void __launch_bounds__(1024, 1)
                         held_arrays, from, sh.landed,
                         [&](int j) { write_piece<T, V>(a, b, held, j, max, scale); });
     }
-    finish_stream(teams);
+    finish_stream(ts, teams);
 }
 
 /* ---- backward ---- */
@@ -181,7 +202,8 @@ __global__ void __launch_bounds__(1024, 1)
 template <typename T, int V>
 __global__ void __launch_bounds__(1024, 1)
     softmax_backward_stream(const T *__restrict__ y, const T *__restrict__ dy,
-                            T *__restrict__ dx, image_args a, int images, int teams)
+                            T *__restrict__ dx, image_args a, int images, int teams,
+                            team_space ts)
 {
     extern __shared__ __align__(128) unsigned char shared[];
     const int team = (int)blockIdx.x / a.cluster, rank = (int)blockIdx.x % a.cluster;
@@ -201,7 +223,8 @@ __global__ void __launch_bounds__(1024, 1)
             dot_piece<T, V>(a, b, held_y, held_dy, j, mine);
         }
         combine_groups(a, b, mine, sh.part, softmax_sum_op(), sh.published);
-        exchange_through_global(a, team, round, sh.published, softmax_sum_op(), sh.combined);
+        exchange_through_global(a, ts, team, round, sh.published, softmax_sum_op(),
+                                sh.combined);
 
         float dot[V];
 #pragma unroll
@@ -211,7 +234,7 @@ __global__ void __launch_bounds__(1024, 1)
                         slab_of<V>(a, image + teams, rank), held_arrays, from, sh.landed,
                         [&](int j) { write_gradient_piece<T, V>(a, b, held_y, held_dy, j, dot); });
     }
-    finish_stream(teams);
+    finish_stream(ts, teams);
 }
 
 /* ---- the plan ---- */
@@ -273,61 +296,74 @@ static void launch_resident(void (*kernel)(Params...), const struct image_plan *
     LAUNCH_CHECK();
 }
 
-template <typename T> static bool forward(const T *x, T *y, struct softmax_dims d, cudaStream_t s)
+template <typename T>
+static bool forward(const T *x, T *y, struct softmax_dims d, void *workspace, cudaStream_t s)
 {
     struct image_plan pl;
     if (kl_device_cc() < 90 || !aligned16(x) || !aligned16(y) ||
         !plan_stream(forward_pass<T>(), d, sizeof(T), 1, &pl))
         return false;
     const int n = (int)d.n, teams = pl.at_once;
+    const team_space ts = team_space_in(workspace);
     switch (pl.vector) {
     case 1:
-        launch_resident(softmax_forward_stream<T, 1>, &pl, teams, s, x, y, pl.a, n, teams);
+        launch_resident(softmax_forward_stream<T, 1>, &pl, teams, s, x, y, pl.a, n, teams, ts);
         break;
     case 2:
-        launch_resident(softmax_forward_stream<T, 2>, &pl, teams, s, x, y, pl.a, n, teams);
+        launch_resident(softmax_forward_stream<T, 2>, &pl, teams, s, x, y, pl.a, n, teams, ts);
         break;
-    default: launch_resident(softmax_forward_stream<T, 4>, &pl, teams, s, x, y, pl.a, n, teams);
+    default:
+        launch_resident(softmax_forward_stream<T, 4>, &pl, teams, s, x, y, pl.a, n, teams, ts);
     }
     return true;
 }
 
 template <typename T>
-static bool backward(const T *y, const T *dy, T *dx, struct softmax_dims d, cudaStream_t s)
+static bool backward(const T *y, const T *dy, T *dx, struct softmax_dims d, void *workspace,
+                     cudaStream_t s)
 {
     struct image_plan pl;
     if (kl_device_cc() < 90 || !aligned16(y) || !aligned16(dy) || !aligned16(dx) ||
         !plan_stream(backward_pass<T>(), d, sizeof(T), 2, &pl))
         return false;
     const int n = (int)d.n, teams = pl.at_once;
+    const team_space ts = team_space_in(workspace);
     switch (pl.vector) {
     case 1:
-        launch_resident(softmax_backward_stream<T, 1>, &pl, teams, s, y, dy, dx, pl.a, n, teams);
+        launch_resident(softmax_backward_stream<T, 1>, &pl, teams, s, y, dy, dx, pl.a, n, teams,
+                        ts);
         break;
     case 2:
-        launch_resident(softmax_backward_stream<T, 2>, &pl, teams, s, y, dy, dx, pl.a, n, teams);
+        launch_resident(softmax_backward_stream<T, 2>, &pl, teams, s, y, dy, dx, pl.a, n, teams,
+                        ts);
         break;
     default:
-        launch_resident(softmax_backward_stream<T, 4>, &pl, teams, s, y, dy, dx, pl.a, n, teams);
+        launch_resident(softmax_backward_stream<T, 4>, &pl, teams, s, y, dy, dx, pl.a, n, teams,
+                        ts);
     }
     return true;
 }
 
 extern "C" void softmax_forward_v9(const void *x, void *y, struct softmax_dims d, enum dtype t,
-                                   cudaStream_t s)
+                                   void *workspace, cudaStream_t s)
 {
-    const bool done = t == DT_FP32 ? forward((const float *)x, (float *)y, d, s)
-                                   : forward((const __half *)x, (__half *)y, d, s);
+    kl_note_rung("v9_image_stream");
+    const bool done = t == DT_FP32
+                          ? forward((const float *)x, (float *)y, d, workspace, s)
+                          : forward((const __half *)x, (__half *)y, d, workspace, s);
     if (!done)
         softmax_forward_v8(x, y, d, t, s);
 }
 
 extern "C" void softmax_backward_v9(const void *y, const void *dy, void *dx,
-                                    struct softmax_dims d, enum dtype t, cudaStream_t s)
+                                    struct softmax_dims d, enum dtype t, void *workspace,
+                                    cudaStream_t s)
 {
-    const bool done = t == DT_FP32
-                          ? backward((const float *)y, (const float *)dy, (float *)dx, d, s)
-                          : backward((const __half *)y, (const __half *)dy, (__half *)dx, d, s);
+    kl_note_rung("v9_image_stream");
+    const bool done =
+        t == DT_FP32
+            ? backward((const float *)y, (const float *)dy, (float *)dx, d, workspace, s)
+            : backward((const __half *)y, (const __half *)dy, (__half *)dx, d, workspace, s);
     if (!done)
         softmax_backward_v8(y, dy, dx, d, t, s);
 }
