@@ -1,12 +1,20 @@
-/* The C API the later chapters call: C = A B, A^T B or A B^T.
+/* Chapter 05's entry point (api.h): C = A B, A^T B or A B^T.
  *
- * C = A B runs the ladder's best rung for the dtype and the GPU: v7 in fp32; in fp16 v10 on
- * compute capability 9.0 (which runs v9 itself where the copy engine cannot describe the
- * matrices), v9 from 8.0, v8 below. The transposed forms run v3's shared-memory tiles read
- * through strides: element (i, p) of op(A) is a[i * a_row + p * a_col] and (p, j) of op(B) is
- * b[p * b_row + j * b_col], so a transposed operand is the same matrix walked the other way.
- * Their tile loads are strided, not coalesced: correct everywhere, fast nowhere, until the
- * fast rungs learn transposed tile loads. */
+ * C = A B runs a rung by dtype, GPU and size. The rules come from the sweep,
+ * bench/results/h200/05-matmul.csv (the H200, graph replay, cold L2):
+ * - up to 2^27 multiply-adds (512^3), v3's 16 x 16 tiles: their many small blocks fill the
+ *   GPU where v7's 128-row tiles leave most SMs idle (fp32 512^3: v7 1.38x; 1023x77x513:
+ *   v7 2.36x); so too in fp16 when N or K is no multiple of 8, which the tensor-core rungs
+ *   cannot tile (1023x77x513: v8 1.99x, v10 2.52x);
+ * - otherwise v7 in fp32 (1000^3: v4 1.37x), and in fp16 v10 on compute capability 9.0 (it
+ *   runs v9 itself where the copy engine cannot describe the matrices: 4097^3 makes 1.04x
+ *   v8's time there), v9 from 8.0, v8 below.
+ * The transposed forms run v3's shared-memory tiles read through strides: element (i, p) of
+ * op(A) is a[i * a_row + p * a_col] and (p, j) of op(B) is b[p * b_row + j * b_col], so a
+ * transposed operand is the same matrix walked the other way. Their tile loads are strided,
+ * not coalesced: correct everywhere, fast nowhere, until the fast rungs learn transposed tile
+ * loads. */
+#include "api.h"
 #include "launch.cuh"
 #include "matmul.cuh"
 
@@ -48,10 +56,15 @@ static void launch(enum matmul_form form, const T *a, const T *b, T *c, struct m
     LAUNCH_CHECK();
 }
 
+#define SMALL_MACS ((double)(1 << 27))
+
 static void best_ab(const void *a, const void *b, void *c, struct matmul_dims d, enum dtype t,
                     cudaStream_t s)
 {
-    if (t == DT_FP32)
+    const bool small = (double)d.m * (double)d.n * (double)d.k <= SMALL_MACS;
+    if (small && (t == DT_FP32 || d.n % 8 || d.k % 8))
+        matmul_v3(a, b, c, d, t, s);
+    else if (t == DT_FP32)
         matmul_v7(a, b, c, d, t, s);
     else if (kl_device_cc() == 90)
         matmul_v10(a, b, c, d, t, s);

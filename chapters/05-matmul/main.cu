@@ -42,6 +42,12 @@ ADAPT(vendor)
 ADAPT(vendor_mma_sync)
 ADAPT(exercise)
 
+/* The library call, api.h's matmul in its A B form: it picks the rung. */
+static void fwd_api(const struct launch_args *a, cudaStream_t s)
+{
+    matmul(MATMUL_AB, a->in[0], a->in[1], a->out[0], dims_of(a->p), a->p->dtype, s);
+}
+
 static const char *v10_why_not(const struct problem *p)
 {
     (void)p;
@@ -73,6 +79,7 @@ static const struct rung rungs[] = {
     {.name = "v10_wgmma", .idea = "Hopper warpgroup MMA fed by TMA: producer and consumers",
      .launch = {fwd_v10}, .dtypes = 1u << DT_FP16, .min_cc = 90, .unsupported = v10_why_not,
      .shown_for_error = NULL},
+    RUNG("api", api, "the library: api.h's matmul picks the rung"),
     RUNG("vendor", vendor, "cuBLAS: Sgemm in pedantic math (no TF32), GemmEx fp16/fp32"),
     {.name = "vendor_mma_sync", .idea = "cuBLAS's fastest kernel built for sm_80 (mma.sync), as v9",
      .launch = {fwd_vendor_mma_sync}, .dtypes = 1u << DT_FP16, .min_cc = 80,

@@ -2,22 +2,19 @@
  *
  * A is M x K, B is K x N, C is M x N, all row-major, of one element type (fp32, or fp16 with
  * fp32 accumulation). Each rung's launcher takes device pointers and the dimensions; the chapter
- * table in main.cu wraps them for the harness. matmul() is the C API the later chapters call
- * (convolution as im2col + GEMM and its two gradients need the three forms). */
+ * table in main.cu wraps them for the harness. matmul() in api.h is the entry point the later
+ * chapters call (convolution as im2col + GEMM and its two gradients need the three forms). */
 #ifndef MATMUL_H
 #define MATMUL_H
 
 #include <stdint.h>
 
+#include "api.h"
 #include "ladder.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-struct matmul_dims {
-    int64_t m, n, k;
-};
 
 #define MATMUL_RUNG(v)                                                                         \
     void matmul_##v(const void *a, const void *b, void *c, struct matmul_dims d, enum dtype t, \
@@ -45,13 +42,6 @@ const char *matmul_v10_unsupported(void);
 
 void matmul_exercise(const void *a, const void *b, void *c, struct matmul_dims d, enum dtype t,
                      cudaStream_t s);
-
-/* The C API: C = op(A) op(B), C m x n. MATMUL_AB: A m x k, B k x n. MATMUL_ATB: C = A^T B with
- * A stored k x m (the weight gradient's shape). MATMUL_ABT: C = A B^T with B stored n x k (the
- * input gradient's). */
-enum matmul_form { MATMUL_AB, MATMUL_ATB, MATMUL_ABT };
-void matmul(enum matmul_form form, const void *a, const void *b, void *c, struct matmul_dims d,
-            enum dtype t, cudaStream_t s);
 
 /* The CPU reference (reference.c), accumulating in double. matmul_reference computes every
  * element; matmul_reference_sampled only `rows` rows and `cols` columns spread over C (first and

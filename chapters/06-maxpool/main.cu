@@ -42,6 +42,19 @@ ADAPT(v2)
 ADAPT(v3)
 ADAPT(v4)
 
+/* The library call, api.h's entry points: they pick the rung. */
+static void fwd_api(const struct launch_args *a, cudaStream_t s)
+{
+    maxpool_forward(a->in[0], a->out[FWD_Y], (uint8_t *)a->out[FWD_ARGMAX],
+                    dims_of(&a->p->shape), a->p->dtype, s);
+}
+
+static void bwd_api(const struct launch_args *a, cudaStream_t s)
+{
+    maxpool_backward(a->in[BWD_DY], (const uint8_t *)a->in[BWD_ARGMAX], a->out[0],
+                     dims_of(&a->p->shape), a->p->dtype, s);
+}
+
 /* cuDNN writes y alone: the rung table marks the argmax as not written. */
 static void fwd_vendor(const struct launch_args *a, cudaStream_t s)
 {
@@ -81,6 +94,8 @@ static const struct rung rungs[] = {
          NULL, 0),
     RUNG("v4_register_windows", v4, "forward: 3x3 windows unrolled over registers, 4 outputs a "
          "thread", NULL, 0),
+    RUNG("api", api, "the library: api.h's maxpool_forward and maxpool_backward pick the rung",
+         NULL, 0),
     RUNG("vendor", vendor, "cuDNN cudnnPoolingForward/Backward, max, deterministic (no argmax)",
          vendor_unsupported, 1u << FWD_ARGMAX),
 };

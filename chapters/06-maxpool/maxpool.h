@@ -22,32 +22,12 @@
 
 #include <stdint.h>
 
+#include "api.h"
 #include "ladder.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define MAXPOOL_MAX_WINDOW 255 /* window positions: each fits an 8-bit field */
-
-struct maxpool_dims {
-    int64_t n, c, h, w;   /* x */
-    int64_t kh, kw, s, p; /* window, stride, padding (the same along both axes) */
-    int64_t oh, ow;       /* y */
-    int argmax_bits;      /* 2, 4 or 8: bits of one packed argmax */
-};
-
-/* Bits of a packed argmax for windows of `positions` positions. */
-static inline int maxpool_argmax_bits(int64_t positions)
-{
-    return positions <= 4 ? 2 : positions <= 16 ? 4 : 8;
-}
-
-/* Bytes of the packed argmax of all n c oh ow outputs. */
-static inline int64_t maxpool_argmax_bytes(struct maxpool_dims d)
-{
-    return (d.n * d.c * d.oh * d.ow * d.argmax_bits + 7) / 8;
-}
 
 /* Forward: x -> y (n c oh ow elements) and the packed argmax (maxpool_argmax_bytes). */
 #define MAXPOOL_FORWARD(v)                                                                     \
@@ -88,10 +68,6 @@ void maxpool_pack_argmax(const uint8_t *window_idx, struct maxpool_dims d, uint8
 /* dx from dy (as doubles) and plane indices: a scatter, in output order. */
 void maxpool_backward_reference(const double *dy, const int32_t *plane_idx,
                                 struct maxpool_dims d, double *dx);
-
-/* The output size and checks: 0, or -1 with a one-line reason. */
-int maxpool_dims_of(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
-                    int64_t s, int64_t p, struct maxpool_dims *d, char *why, size_t why_len);
 
 extern const struct chapter maxpool_chapter;
 

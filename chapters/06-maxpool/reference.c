@@ -10,50 +10,6 @@
 
 #include "maxpool.h"
 
-int maxpool_dims_of(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
-                    int64_t s, int64_t p, struct maxpool_dims *d, char *why, size_t why_len)
-{
-    if (n < 1 || c < 1 || h < 1 || w < 1) {
-        snprintf(why, why_len, "N, C, H and W must each be at least 1");
-        return -1;
-    }
-    if (kh < 1 || kw < 1) {
-        snprintf(why, why_len, "the window must be at least 1x1 (k = %lld)", (long long)kh);
-        return -1;
-    }
-    if (s < 1) {
-        snprintf(why, why_len, "the stride must be at least 1 (s = %lld)", (long long)s);
-        return -1;
-    }
-    if (p < 0 || p >= kh || p >= kw) {
-        snprintf(why, why_len,
-                 "padding must be below the window (p = %lld, window %lldx%lld): a window of "
-                 "padding alone has no maximum",
-                 (long long)p, (long long)kh, (long long)kw);
-        return -1;
-    }
-    if (kh > h + 2 * p || kw > w + 2 * p) {
-        snprintf(why, why_len, "the %lldx%lld window is larger than the padded %lldx%lld input",
-                 (long long)kh, (long long)kw, (long long)(h + 2 * p), (long long)(w + 2 * p));
-        return -1;
-    }
-    if (kh * kw > MAXPOOL_MAX_WINDOW) {
-        snprintf(why, why_len, "windows of at most %d positions (%lldx%lld has %lld)",
-                 MAXPOOL_MAX_WINDOW, (long long)kh, (long long)kw, (long long)(kh * kw));
-        return -1;
-    }
-    if (h * w > INT32_MAX) {
-        snprintf(why, why_len, "an H x W plane of at most 2^31 - 1 elements (int32 indices)");
-        return -1;
-    }
-    d->n = n, d->c = c, d->h = h, d->w = w;
-    d->kh = kh, d->kw = kw, d->s = s, d->p = p;
-    d->oh = (h + 2 * p - kh) / s + 1;
-    d->ow = (w + 2 * p - kw) / s + 1;
-    d->argmax_bits = maxpool_argmax_bits(kh * kw);
-    return 0;
-}
-
 /* Whether v takes the place of the best so far: larger, or the first NaN. */
 static int beats(double v, double best)
 {
