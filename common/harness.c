@@ -148,7 +148,7 @@ static int run_group(struct run *run, int pass, enum dtype t, const struct rung 
     char why[256];
     const size_t scratch = workspace_bytes(run->ch, &p);
     int want = run->o.hot_l2 || run->o.no_graph
-                   ? 1 : cold_sets_needed(&run->dev, pool_set_bytes(&p, scratch));
+                   ? 1 : cold_sets_needed(&run->dev, pool_set_bytes(&p));
     if (pool_create(&pl, &p, scratch, want, why, sizeof why)) {
         fprintf(stderr, "%s: %s\n", run->ch->id, why);
         problem_free(&p);

@@ -68,8 +68,9 @@ struct problem {
     size_t reduction_len;         /* terms summed into one output, for the tolerance */
 };
 
-/* Device pointers of one set of a problem's tensors, and its workspace (NULL where the chapter
- * needs none): chapter->workspace_bytes(p) bytes, zeroed before a rung's first launch on it. */
+/* Device pointers of one set of a problem's tensors, and the workspace (NULL where the chapter
+ * needs none): chapter->workspace_bytes(p) bytes, zeroed before a rung's first launch on it,
+ * and shared by the sets, whose launches run in order on one stream. */
 struct launch_args {
     const struct problem *p;
     const void *in[KL_MAX_TENSORS];

@@ -16,9 +16,9 @@ static size_t tensor_bytes(const struct tensor *t)
     return t->count * dtype_size(t->type);
 }
 
-size_t pool_set_bytes(const struct problem *p, size_t workspace_bytes)
+size_t pool_set_bytes(const struct problem *p)
 {
-    size_t bytes = align256(workspace_bytes);
+    size_t bytes = 0;
     for (int i = 0; i < p->n_in; i++)
         bytes += align256(tensor_bytes(&p->in[i]));
     for (int i = 0; i < p->n_out; i++)
@@ -29,9 +29,10 @@ size_t pool_set_bytes(const struct problem *p, size_t workspace_bytes)
 size_t pool_sets_that_fit(const struct problem *p, size_t workspace_bytes, char *why,
                           size_t why_len)
 {
-    size_t free_bytes, total, set = pool_set_bytes(p, workspace_bytes);
+    size_t free_bytes, total, set = pool_set_bytes(p);
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-    size_t margin = (size_t)256 << 20; /* for the libraries' workspaces and the L2 flush */
+    /* for the libraries' workspaces, the L2 flush and the chapter's workspace */
+    size_t margin = ((size_t)256 << 20) + align256(workspace_bytes);
     size_t fits = free_bytes > margin ? (free_bytes - margin) / set : 0;
     if (fits == 0)
         snprintf(why, why_len, "out of GPU memory: %s needs %.2f GB, %.2f GB of %.2f GB is free",
@@ -43,13 +44,12 @@ int pool_create(struct pool *pl, const struct problem *p, size_t workspace_bytes
                 char *why, size_t why_len)
 {
     memset(pl, 0, sizeof *pl);
-    pl->stride = pool_set_bytes(p, workspace_bytes);
+    pl->stride = pool_set_bytes(p);
     size_t off = 0;
     for (int i = 0; i < p->n_in; i++, off = align256(off))
         pl->in_off[i] = off, off += tensor_bytes(&p->in[i]);
     for (int i = 0; i < p->n_out; i++, off = align256(off))
         pl->out_off[i] = off, off += tensor_bytes(&p->out[i]);
-    pl->workspace_off = off;
     pl->workspace_bytes = workspace_bytes;
 
     size_t fits = pool_sets_that_fit(p, workspace_bytes, why, why_len);
@@ -58,8 +58,10 @@ int pool_create(struct pool *pl, const struct problem *p, size_t workspace_bytes
     pl->nsets = want < 1 ? 1 : want;
     if ((size_t)pl->nsets > fits)
         pl->nsets = (int)fits;
-    if (cudaMalloc((void **)&pl->base, pl->stride * (size_t)pl->nsets) != cudaSuccess) {
+    if (cudaMalloc((void **)&pl->base, pl->stride * (size_t)pl->nsets) != cudaSuccess ||
+        (workspace_bytes && cudaMalloc(&pl->workspace, workspace_bytes) != cudaSuccess)) {
         cudaGetLastError();
+        pool_destroy(pl);
         snprintf(why, why_len, "out of GPU memory: %s needs %.2f GB", p->shape.text,
                  (double)(pl->stride * (size_t)pl->nsets) / 1e9);
         return -1;
@@ -79,7 +81,10 @@ void pool_destroy(struct pool *pl)
 {
     if (pl->base)
         CUDA_CHECK(cudaFree(pl->base));
+    if (pl->workspace)
+        CUDA_CHECK(cudaFree(pl->workspace));
     pl->base = NULL;
+    pl->workspace = NULL;
 }
 
 struct launch_args pool_args(const struct pool *pl, const struct problem *p, int set)
@@ -92,15 +97,14 @@ struct launch_args pool_args(const struct pool *pl, const struct problem *p, int
         a.in[i] = base + pl->in_off[i];
     for (int i = 0; i < p->n_out; i++)
         a.out[i] = base + pl->out_off[i];
-    a.workspace = pl->workspace_bytes ? base + pl->workspace_off : NULL;
+    a.workspace = pl->workspace;
     return a;
 }
 
-void pool_zero_workspaces(const struct pool *pl, cudaStream_t s)
+void pool_zero_workspace(const struct pool *pl, cudaStream_t s)
 {
-    for (int k = 0; pl->workspace_bytes && k < pl->nsets; k++)
-        CUDA_CHECK(cudaMemsetAsync(pl->base + (size_t)k * pl->stride + pl->workspace_off, 0,
-                                   pl->workspace_bytes, s));
+    if (pl->workspace)
+        CUDA_CHECK(cudaMemsetAsync(pl->workspace, 0, pl->workspace_bytes, s));
 }
 
 void pool_poison_outputs(const struct pool *pl, const struct problem *p, int set, cudaStream_t s)
@@ -115,7 +119,7 @@ struct verify_result pool_verify(const struct pool *pl, const struct problem *p,
 {
     struct launch_args a = pool_args(pl, p, 0);
     pool_poison_outputs(pl, p, 0, s);
-    pool_zero_workspaces(pl, s);
+    pool_zero_workspace(pl, s);
     launch(&a, s);
     CUDA_CHECK(cudaStreamSynchronize(s));
 

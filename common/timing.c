@@ -108,7 +108,7 @@ int time_launches(struct timer *t, const struct pool *pl, const struct problem *
     /* One launch outside any capture first: a rung's first call may create library handles or
      * workspaces, which a capture forbids (with --no-verify no launch has happened yet). */
     struct launch_args first = pool_args(pl, p, 0);
-    pool_zero_workspaces(pl, t->stream);
+    pool_zero_workspace(pl, t->stream);
     launch(&first, t->stream);
     CUDA_CHECK(cudaStreamSynchronize(t->stream));
     if (o->no_graph) {

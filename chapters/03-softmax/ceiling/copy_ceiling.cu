@@ -199,7 +199,7 @@ static int measure(struct timer *t, const struct device_info *d, double roof_gbp
     ch->fill(&p, &rng);
     ch->reference(&p);
     struct pool pl;
-    if (pool_create(&pl, &p, scratch, cold_sets_needed(d, pool_set_bytes(&p, scratch)), why,
+    if (pool_create(&pl, &p, scratch, cold_sets_needed(d, pool_set_bytes(&p)), why,
                     sizeof why)) {
         fprintf(stderr, "03-copy-ceiling: %s\n", why);
         exit(KL_EXIT_CUDA);
