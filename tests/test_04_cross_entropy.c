@@ -486,13 +486,247 @@ ParameterizedTest(struct rung_pass *rp, ce_gpu, rung_handles_misaligned_logits, 
                  sizeof shifted_shapes / sizeof shifted_shapes[0], ", logits misaligned");
 }
 
+/* ---- The library, api.h: each entry point against the reference, then the workspace's
+ * promises: calls on two streams with a workspace each, and calls captured into one graph in
+ * order sharing one. */
+
+static struct ce_dims api_dims(const struct problem *p)
+{
+    return (struct ce_dims){(size_t)p->shape.dim[0], (size_t)p->shape.dim[1]};
+}
+
+static void api_forward(const struct launch_args *a, cudaStream_t s)
+{
+    cross_entropy_forward(a->in[0], (const int32_t *)a->in[1], (float *)a->out[0],
+                          api_dims(a->p), a->p->dtype, a->workspace, s);
+}
+
+static void api_backward(const struct launch_args *a, cudaStream_t s)
+{
+    cross_entropy_backward(a->in[0], (const int32_t *)a->in[1], a->out[0], api_dims(a->p),
+                           a->p->dtype, a->workspace, s);
+}
+
+static void api_fused(const struct launch_args *a, cudaStream_t s)
+{
+    cross_entropy_fused(a->in[0], (const int32_t *)a->in[1], (float *)a->out[0], a->out[1],
+                        api_dims(a->p), a->p->dtype, a->workspace, s);
+}
+
+/* The workspace as api.h's query sizes it, not as the chapter's table does. */
+static size_t api_workspace_bytes(const struct problem *p)
+{
+    return cross_entropy_workspace_bytes(api_dims(p), p->dtype);
+}
+
+/* Odd shapes, and one in every branch of api.cu's rules for some pass and dtype: few rows
+ * (with short and with long rows), short rows, rows of up to 1024 at 200, 1000, 2500 and 8193
+ * rows, of up to 4096 (37x1031), 16384 (40x10000) and longer (33x20011, 5x50257). */
+static const char *const api_shapes[] = {"1x1",      "3x7",      "5x50257",  "1025x10",
+                                         "37x1031",  "200x1000", "1000x1000", "2500x1000",
+                                         "8193x200", "40x10000", "33x20011"};
+
+Test(ce_gpu, api_entry_points_match_reference, NEEDS_GPU)
+{
+    struct chapter ch = ce_chapter;
+    ch.workspace_bytes = api_workspace_bytes;
+    const struct rung api = {.name = "cross_entropy_*()",
+                             .idea = "api.h",
+                             .launch = {api_forward, api_backward, api_fused},
+                             .dtypes = DT_FLOATS};
+    for (int pass = FWD; pass <= FWD_BWD; pass++)
+        check_shapes(&ch, &api, pass, api_shapes, sizeof api_shapes / sizeof api_shapes[0],
+                     " through api.h");
+}
+
+/* One problem on the device for the library's three entry points, with an output of its own
+ * for each call, and its reference (the fused pass's: the loss and dx). */
+struct api_problem {
+    struct problem p;
+    struct ce_dims d;
+    void *x, *dx_bwd, *dx_fused;
+    int32_t *labels;
+    float *loss_fwd, *loss_fused;
+};
+
+static void api_problem_open(struct api_problem *a, const char *shape, enum dtype t,
+                             uint64_t seed)
+{
+    char why[192];
+    a->p = described(shape, FWD_BWD, t);
+    cr_assert(problem_alloc_host(&a->p, why, sizeof why) == 0, "%s", why);
+    struct rng r = rng_seeded(seed);
+    ce_chapter.fill(&a->p, &r);
+    ce_chapter.reference(&a->p);
+    a->d = api_dims(&a->p);
+    const size_t x_bytes = a->p.in[0].count * dtype_size(t);
+    CUDA_CHECK(cudaMalloc(&a->x, x_bytes));
+    CUDA_CHECK(cudaMalloc(&a->dx_bwd, x_bytes));
+    CUDA_CHECK(cudaMalloc(&a->dx_fused, x_bytes));
+    CUDA_CHECK(cudaMalloc((void **)&a->labels, a->d.n * sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc((void **)&a->loss_fwd, sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&a->loss_fused, sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(a->x, a->p.host_in[0], x_bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(a->labels, a->p.host_in[1], a->d.n * sizeof(int32_t),
+                          cudaMemcpyHostToDevice));
+}
+
+/* NaN in every output, as the harness leaves them before a run: an output left unwritten
+ * fails. */
+static void api_problem_poison(const struct api_problem *a, cudaStream_t s)
+{
+    const size_t x_bytes = a->p.in[0].count * dtype_size(a->p.dtype);
+    CUDA_CHECK(cudaMemsetAsync(a->dx_bwd, 0xff, x_bytes, s));
+    CUDA_CHECK(cudaMemsetAsync(a->dx_fused, 0xff, x_bytes, s));
+    CUDA_CHECK(cudaMemsetAsync(a->loss_fwd, 0xff, sizeof(float), s));
+    CUDA_CHECK(cudaMemsetAsync(a->loss_fused, 0xff, sizeof(float), s));
+}
+
+static void api_problem_call(const struct api_problem *a, int pass, void *workspace,
+                             cudaStream_t s)
+{
+    const enum dtype t = a->p.dtype;
+    if (pass == FWD)
+        cross_entropy_forward(a->x, a->labels, a->loss_fwd, a->d, t, workspace, s);
+    else if (pass == BWD)
+        cross_entropy_backward(a->x, a->labels, a->dx_bwd, a->d, t, workspace, s);
+    else
+        cross_entropy_fused(a->x, a->labels, a->loss_fused, a->dx_fused, a->d, t, workspace, s);
+}
+
+/* One output against the reference, with the tolerance the harness gives that pass. */
+static void expect_output(const struct api_problem *a, const void *out, enum dtype t,
+                          const double *ref, size_t n, int pass, const char *what,
+                          const char *how)
+{
+    const size_t bytes = n * dtype_size(t);
+    void *host = malloc(bytes);
+    cr_assert(host);
+    CUDA_CHECK(cudaMemcpy(host, out, bytes, cudaMemcpyDeviceToHost));
+    const size_t len = described(a->p.shape.text, pass, a->p.dtype).reduction_len;
+    const struct verify_result v = verify(host, t, ref, n, tolerance_for(t, len));
+    cr_expect(v.ok, "%s %s %s, %s: element %zu is %g, reference %g", a->p.shape.text,
+              dtype_name(a->p.dtype), what, how, v.first_bad, v.bad_out, v.bad_ref);
+    free(host);
+}
+
+static void expect_reference(const struct api_problem *a, const char *how)
+{
+    const size_t n = a->p.in[0].count;
+    const enum dtype t = a->p.dtype;
+    expect_output(a, a->loss_fwd, DT_FP32, a->p.ref_out[0], 1, FWD, "forward loss", how);
+    expect_output(a, a->dx_bwd, t, a->p.ref_out[1], n, BWD, "backward dx", how);
+    expect_output(a, a->loss_fused, DT_FP32, a->p.ref_out[0], 1, FWD_BWD, "fused loss", how);
+    expect_output(a, a->dx_fused, t, a->p.ref_out[1], n, FWD_BWD, "fused dx", how);
+}
+
+static void api_problem_close(struct api_problem *a)
+{
+    CUDA_CHECK(cudaFree(a->x));
+    CUDA_CHECK(cudaFree(a->dx_bwd));
+    CUDA_CHECK(cudaFree(a->dx_fused));
+    CUDA_CHECK(cudaFree(a->labels));
+    CUDA_CHECK(cudaFree(a->loss_fwd));
+    CUDA_CHECK(cudaFree(a->loss_fused));
+    problem_free(&a->p);
+}
+
+/* A zeroed workspace of `bytes`, as api.h asks. */
+static void *zeroed_workspace(size_t bytes)
+{
+    void *w;
+    CUDA_CHECK(cudaMalloc(&w, bytes));
+    CUDA_CHECK(cudaMemset(w, 0, bytes));
+    return w;
+}
+
+/* Two streams at once, each with its own workspace, each running all three entry points a few
+ * times over: both problems' rungs take their means through the workspace's counter and
+ * partials (v4's blocks on one, v3's warps on the other), thousands of blocks each, so a
+ * counter the two shared would mix their blocks and break both losses. */
+Test(ce_gpu, api_calls_on_two_streams_with_a_workspace_each, NEEDS_GPU)
+{
+    struct api_problem a, b;
+    api_problem_open(&a, "3000x1031", DT_FP32, 11);
+    api_problem_open(&b, "2500x1000", DT_FP16, 12);
+    void *wa = zeroed_workspace(cross_entropy_workspace_bytes(a.d, DT_FP32));
+    void *wb = zeroed_workspace(cross_entropy_workspace_bytes(b.d, DT_FP16));
+    cudaStream_t sa, sb;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
+    api_problem_poison(&a, sa);
+    api_problem_poison(&b, sb);
+    for (int round = 0; round < 4; round++) {
+        for (int pass = FWD; pass <= FWD_BWD; pass++) {
+            api_problem_call(&a, pass, wa, sa);
+            api_problem_call(&b, pass, wb, sb);
+        }
+    }
+    CUDA_CHECK(cudaStreamSynchronize(sa));
+    CUDA_CHECK(cudaStreamSynchronize(sb));
+    expect_reference(&a, "on stream A");
+    expect_reference(&b, "on stream B");
+    CUDA_CHECK(cudaStreamDestroy(sa));
+    CUDA_CHECK(cudaStreamDestroy(sb));
+    CUDA_CHECK(cudaFree(wa));
+    CUDA_CHECK(cudaFree(wb));
+    api_problem_close(&a);
+    api_problem_close(&b);
+}
+
+/* Nine calls on three problems captured into one graph, in order, all on one workspace of the
+ * largest size any of them asks for; the graph replayed twice, outputs poisoned in between, so
+ * the second replay finds the workspace as the first left it. The problems reach the rungs
+ * that keep something there: v6's tagged slots and its one atomic (200x1000), v4's and v7's
+ * block partials (300x5000), v8's span states and v7's pipelines (100x50257). The first calls
+ * happen inside the capture, as a caller's may. */
+Test(ce_gpu, api_calls_in_one_graph_share_a_workspace, NEEDS_GPU)
+{
+    struct api_problem probs[3];
+    api_problem_open(&probs[0], "200x1000", DT_FP32, 21);
+    api_problem_open(&probs[1], "300x5000", DT_FP16, 22);
+    api_problem_open(&probs[2], "100x50257", DT_FP16, 23);
+    size_t bytes = 0;
+    for (int i = 0; i < 3; i++) {
+        const size_t need = cross_entropy_workspace_bytes(probs[i].d, probs[i].p.dtype);
+        bytes = need > bytes ? need : bytes;
+    }
+    void *w = zeroed_workspace(bytes);
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    /* Every problem's passes in turn, interleaved, so that each rung follows another's. */
+    static const int order[][2] = {{2, FWD}, {0, FWD},     {1, FWD_BWD}, {2, BWD},    {0, FWD_BWD},
+                                   {1, FWD}, {2, FWD_BWD}, {0, BWD},     {1, BWD}};
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        api_problem_call(&probs[order[i][0]], order[i][1], w, s);
+    CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 2; replay++) {
+        for (int i = 0; i < 3; i++)
+            api_problem_poison(&probs[i], s);
+        CUDA_CHECK(cudaGraphLaunch(exec, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        for (int i = 0; i < 3; i++)
+            expect_reference(&probs[i], replay ? "second replay" : "first replay");
+    }
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaStreamDestroy(s));
+    CUDA_CHECK(cudaFree(w));
+    for (int i = 0; i < 3; i++)
+        api_problem_close(&probs[i]);
+}
+
 /* ---- The exercise checker fails the untouched stub and passes a correct kernel (v3's
  * forward, a warp per row). */
 
 static void fwd_v3(const struct launch_args *a, cudaStream_t s)
 {
     ce_v3(a->in[0], (const int32_t *)a->in[1], (float *)a->out[0], NULL,
-          (size_t)a->p->shape.dim[0], (size_t)a->p->shape.dim[1], a->p->dtype, s);
+          (size_t)a->p->shape.dim[0], (size_t)a->p->shape.dim[1], a->p->dtype, a->workspace, s);
 }
 
 /* v7's rings start where its kernels' static shared memory ends: a static variable that left a

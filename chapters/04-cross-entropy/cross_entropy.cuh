@@ -15,13 +15,10 @@
 #include <float.h>
 #include <stdint.h>
 
+#include "cross_entropy.h"
 #include "kernels.cuh"
 
 #define CE_FULL_MASK 0xffffffffu
-
-/* Blocks of a kernel whose mean goes through ce_finish_mean: one partial sum each. Grids are
- * capped at this and their rows loop beyond it. */
-#define CE_MAX_BLOCKS 8192
 
 /* Rows up to this length fit in one warp's registers (32 lanes x 32 values): v3's fast path,
  * which v4 keeps for short rows. */
@@ -204,8 +201,9 @@ __device__ __forceinline__ ce_online ce_block_merge(ce_online st)
  * block hands in its partial sum, and the last block to finish adds the partials in block
  * order, so the loss has the same bits on every run (float atomics would add in whatever order
  * the blocks finish). partials holds CE_MAX_BLOCKS floats and *done is 0 on entry, as the last
- * block leaves it; both are a rung's static device memory, so one launch of a rung may run at
- * a time (the harness's launches are ordered on one stream). A single block skips all of it.
+ * block leaves it; both are the caller's (struct ce_workspace's, or the vendor rung's own), so
+ * launches that may run at the same time need a pair each, and launches in stream order may
+ * share one. A single block skips all of it.
  * Every thread of the block calls this; block_sum is read from thread 0. */
 __device__ __forceinline__ void ce_finish_mean(float block_sum, float *loss, size_t n_rows,
                                                float *partials, unsigned *done)

@@ -12,44 +12,78 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "api.h"
 #include "cross_entropy.h"
 
 enum { FWD, BWD, FWD_BWD };
 
-typedef void (*ce_launcher)(const void *x, const int32_t *labels, float *loss, void *dx,
-                            size_t n_rows, size_t n_classes, enum dtype t, cudaStream_t s);
-
-/* The harness hands a rung a problem; the launchers take pointers and the shape, and do what
- * their non-NULL outputs ask. */
-static void run_pass(const struct launch_args *a, cudaStream_t s, ce_launcher launch)
+static struct ce_dims dims_of(const struct problem *p)
 {
-    const struct problem *p = a->p;
-    float *loss = NULL;
-    void *dx = NULL;
-    if (p->pass == FWD || p->pass == FWD_BWD)
-        loss = (float *)a->out[0];
-    if (p->pass == BWD)
-        dx = a->out[0];
-    if (p->pass == FWD_BWD)
-        dx = a->out[1];
-    launch(a->in[0], (const int32_t *)a->in[1], loss, dx, (size_t)p->shape.dim[0],
-           (size_t)p->shape.dim[1], p->dtype, s);
+    struct ce_dims d = {(size_t)p->shape.dim[0], (size_t)p->shape.dim[1]};
+    return d;
 }
 
+/* The outputs of a's pass; the launchers do what their non-NULL outputs ask. */
+static void outputs_of(const struct launch_args *a, float **loss, void **dx)
+{
+    const int pass = a->p->pass;
+    *loss = pass == BWD ? NULL : (float *)a->out[0];
+    *dx = pass == FWD ? NULL : a->out[pass == BWD ? 0 : 1];
+}
+
+/* The harness hands a rung a problem; the launchers take pointers and the shape. */
 #define ADAPT(v)                                                                               \
     static void run_##v(const struct launch_args *a, cudaStream_t s)                           \
     {                                                                                          \
-        run_pass(a, s, ce_##v);                                                                \
+        float *loss;                                                                           \
+        void *dx;                                                                              \
+        outputs_of(a, &loss, &dx);                                                             \
+        const struct ce_dims d = dims_of(a->p);                                                \
+        ce_##v(a->in[0], (const int32_t *)a->in[1], loss, dx, d.n, d.c, a->p->dtype, s);       \
+    }
+#define ADAPT_WITH_WORKSPACE(v)                                                                \
+    static void run_##v(const struct launch_args *a, cudaStream_t s)                           \
+    {                                                                                          \
+        float *loss;                                                                           \
+        void *dx;                                                                              \
+        outputs_of(a, &loss, &dx);                                                             \
+        const struct ce_dims d = dims_of(a->p);                                                \
+        ce_##v(a->in[0], (const int32_t *)a->in[1], loss, dx, d.n, d.c, a->p->dtype,           \
+               a->workspace, s);                                                               \
     }
 ADAPT(v1)
 ADAPT(v2)
-ADAPT(v3)
-ADAPT(v4)
-ADAPT(v5)
-ADAPT(v6)
-ADAPT(v7)
-ADAPT(v8)
+ADAPT_WITH_WORKSPACE(v3)
+ADAPT_WITH_WORKSPACE(v4)
+ADAPT_WITH_WORKSPACE(v5)
+ADAPT_WITH_WORKSPACE(v6)
+ADAPT_WITH_WORKSPACE(v7)
+ADAPT_WITH_WORKSPACE(v8)
 ADAPT(vendor)
+
+/* The library calls, api.h's: each picks the rung for its pass. */
+static void fwd_api(const struct launch_args *a, cudaStream_t s)
+{
+    cross_entropy_forward(a->in[0], (const int32_t *)a->in[1], (float *)a->out[0],
+                          dims_of(a->p), a->p->dtype, a->workspace, s);
+}
+
+static void bwd_api(const struct launch_args *a, cudaStream_t s)
+{
+    cross_entropy_backward(a->in[0], (const int32_t *)a->in[1], a->out[0], dims_of(a->p),
+                           a->p->dtype, a->workspace, s);
+}
+
+static void fwd_bwd_api(const struct launch_args *a, cudaStream_t s)
+{
+    cross_entropy_fused(a->in[0], (const int32_t *)a->in[1], (float *)a->out[0], a->out[1],
+                        dims_of(a->p), a->p->dtype, a->workspace, s);
+}
+
+static size_t workspace_bytes(const struct problem *p)
+{
+    return cross_entropy_workspace_bytes(dims_of(p), p->dtype);
+}
 
 static void run_exercise(const struct launch_args *a, cudaStream_t s)
 {
@@ -82,6 +116,9 @@ static const struct rung rungs[] = {
          NULL),
     RUNG("v8_split_rows", v8, "forward: rows cut into spans, a warp each, no barrier; else v7",
          NULL),
+    {.name = "api", .idea = "the library: api.h's cross_entropy_forward, _backward, _fused",
+     .launch = {fwd_api, bwd_api, fwd_bwd_api}, .dtypes = DT_FLOATS, .min_cc = 0,
+     .unsupported = NULL, .shown_for_error = NULL},
     RUNG("vendor", vendor, "cuDNN log-softmax + our gather and gradient kernels",
          vendor_unsupported),
 };
@@ -213,6 +250,7 @@ extern "C" const struct chapter ce_chapter = {
     .reference = reference,
     .exercise = &exercise,
     .exercise_shapes = exercise_shapes,
+    .workspace_bytes = workspace_bytes,
 };
 
 #ifndef KL_NO_MAIN

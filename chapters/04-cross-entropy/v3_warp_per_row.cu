@@ -23,13 +23,10 @@
 #include "cross_entropy.cuh"
 #include "cross_entropy.h"
 
-/* The mean's workspace (ce_finish_mean): a partial sum per block, and the count of finished
- * blocks, which the last block resets. */
-static __device__ float partial_sums[CE_MAX_BLOCKS];
-static __device__ unsigned blocks_done;
-
-/* Each block adds up its warps' loss terms (lane 0 of each holds them) and hands the sum on. */
-static __device__ void finish_block(float warp_loss, float *loss, size_t n_rows)
+/* Each block adds up its warps' loss terms (lane 0 of each holds them) and hands the sum on,
+ * through the mean's partial sums and counter in the caller's workspace (ce_finish_mean). */
+static __device__ void finish_block(float warp_loss, float *loss, size_t n_rows,
+                                    ce_workspace *ws)
 {
     __shared__ float warp_losses[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -40,7 +37,7 @@ static __device__ void finish_block(float warp_loss, float *loss, size_t n_rows)
     if (threadIdx.x == 0)
         for (int w = 0; w < (int)(blockDim.x >> 5); w++)
             block_sum += warp_losses[w];
-    ce_finish_mean(block_sum, loss, n_rows, partial_sums, &blocks_done);
+    ce_finish_mean(block_sum, loss, n_rows, ws->partial_sums, &ws->blocks_done);
 }
 
 /* Blocks of rows of more than 256 logits hold 8 warps at most, so that K = 16 or 32 values a
@@ -51,7 +48,7 @@ template <typename T, int K, bool LOSS, bool GRAD>
 __global__ void __launch_bounds__(MAX_THREADS(K), (K) > 8 ? 2 : 1)
     ce_warp_rows_in_registers(const T *__restrict__ x, const int32_t *__restrict__ labels,
                               float *__restrict__ loss, T *__restrict__ dx, size_t n_rows,
-                              int n_classes, float inv_rows)
+                              int n_classes, float inv_rows, ce_workspace *ws)
 {
     const int lane = threadIdx.x & 31;
     const size_t warps = blockDim.x >> 5;
@@ -100,7 +97,7 @@ __global__ void __launch_bounds__(MAX_THREADS(K), (K) > 8 ? 2 : 1)
         }
     }
     if (LOSS)
-        finish_block(warp_loss, loss, n_rows);
+        finish_block(warp_loss, loss, n_rows, ws);
 }
 
 /* Rows longer than a warp's registers hold: the warp streams the row from global memory, one
@@ -109,7 +106,7 @@ template <typename T, bool LOSS, bool GRAD>
 __global__ void __launch_bounds__(1024)
     ce_warp_rows_streamed(const T *__restrict__ x, const int32_t *__restrict__ labels,
                           float *__restrict__ loss, T *__restrict__ dx, size_t n_rows,
-                          int n_classes, float inv_rows)
+                          int n_classes, float inv_rows, ce_workspace *ws)
 {
     const int lane = threadIdx.x & 31;
     const size_t warps = blockDim.x >> 5;
@@ -140,7 +137,7 @@ __global__ void __launch_bounds__(1024)
         }
     }
     if (LOSS)
-        finish_block(warp_loss, loss, n_rows);
+        finish_block(warp_loss, loss, n_rows, ws);
 }
 
 /* The kernel for one K, with the pass chosen by which outputs are given. */
@@ -148,18 +145,18 @@ __global__ void __launch_bounds__(1024)
     do {                                                                                       \
         if (loss && dx)                                                                        \
             kernel<__VA_ARGS__, true, true><<<blocks, threads, 0, s>>>(                        \
-                x, labels, loss, dx, n_rows, n_classes, inv_rows);                             \
+                x, labels, loss, dx, n_rows, n_classes, inv_rows, ws);                         \
         else if (loss)                                                                         \
             kernel<__VA_ARGS__, true, false><<<blocks, threads, 0, s>>>(                       \
-                x, labels, loss, dx, n_rows, n_classes, inv_rows);                             \
+                x, labels, loss, dx, n_rows, n_classes, inv_rows, ws);                         \
         else                                                                                   \
             kernel<__VA_ARGS__, false, true><<<blocks, threads, 0, s>>>(                       \
-                x, labels, loss, dx, n_rows, n_classes, inv_rows);                             \
+                x, labels, loss, dx, n_rows, n_classes, inv_rows, ws);                         \
     } while (0)
 
 template <typename T>
 static void launch(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
-                   int n_classes, cudaStream_t s)
+                   int n_classes, ce_workspace *ws, cudaStream_t s)
 {
     const int per_lane = (n_classes + 31) / 32;
     int threads, blocks;
@@ -183,11 +180,12 @@ static void launch(const T *x, const int32_t *labels, float *loss, T *dx, size_t
 }
 
 extern "C" void ce_v3(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,
-                      size_t n_classes, enum dtype t, cudaStream_t s)
+                      size_t n_classes, enum dtype t, void *workspace, cudaStream_t s)
 {
     kl_note_rung("v3_warp_per_row");
+    ce_workspace *ws = (ce_workspace *)workspace;
     if (t == DT_FP32)
-        launch((const float *)x, labels, loss, (float *)dx, n_rows, (int)n_classes, s);
+        launch((const float *)x, labels, loss, (float *)dx, n_rows, (int)n_classes, ws, s);
     else
-        launch((const __half *)x, labels, loss, (__half *)dx, n_rows, (int)n_classes, s);
+        launch((const __half *)x, labels, loss, (__half *)dx, n_rows, (int)n_classes, ws, s);
 }

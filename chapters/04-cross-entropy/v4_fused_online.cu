@@ -30,9 +30,6 @@
 
 #define MAX_THREADS 1024
 
-static __device__ float partial_sums[CE_MAX_BLOCKS];
-static __device__ unsigned blocks_done;
-
 /* One sweep over the row: the thread's online (m, s), and, when `copy` is not NULL, the row
  * stored at copy[c] (copy has the same offset from a 16-byte boundary as xr). */
 template <typename T>
@@ -91,7 +88,7 @@ template <typename T, bool LOSS, bool GRAD>
 __global__ void __launch_bounds__(MAX_THREADS)
     ce_fused_rows(const T *__restrict__ x, const int32_t *__restrict__ labels,
                   float *__restrict__ loss, T *__restrict__ dx, size_t n_rows, int n_classes,
-                  float inv_rows, bool cached)
+                  float inv_rows, bool cached, ce_workspace *ws)
 {
     extern __shared__ uint4 row_copy_raw[]; /* 16-byte aligned */
     float loss_sum = 0.f; /* thread 0's */
@@ -118,7 +115,7 @@ __global__ void __launch_bounds__(MAX_THREADS)
             __syncthreads(); /* the next row overwrites the copy */
     }
     if (LOSS)
-        ce_finish_mean(loss_sum, loss, n_rows, partial_sums, &blocks_done);
+        ce_finish_mean(loss_sum, loss, n_rows, ws->partial_sums, &ws->blocks_done);
 }
 
 /* Dynamic shared memory the gradient kernels may use: the opt-in maximum less their static
@@ -133,7 +130,7 @@ template <typename T, bool LOSS> static size_t copy_room()
 
 template <typename T, bool LOSS, bool GRAD>
 static void launch_rows(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
-                        int n_classes, cudaStream_t s)
+                        int n_classes, ce_workspace *ws, cudaStream_t s)
 {
     const int n_packs = n_classes / pack16<T>::width;
     /* Room for the row at any alignment: C elements plus up to a pack of offset. */
@@ -145,32 +142,33 @@ static void launch_rows(const T *x, const int32_t *labels, float *loss, T *dx, s
         threads = MAX_THREADS; /* one block per SM: give it every thread */
     const unsigned blocks = (unsigned)(n_rows < CE_MAX_BLOCKS ? n_rows : CE_MAX_BLOCKS);
     ce_fused_rows<T, LOSS, GRAD><<<blocks, threads, cached ? copy_bytes : 0, s>>>(
-        x, labels, loss, dx, n_rows, n_classes, 1.f / (float)n_rows, cached);
+        x, labels, loss, dx, n_rows, n_classes, 1.f / (float)n_rows, cached, ws);
     LAUNCH_CHECK();
 }
 
 template <typename T>
 static void launch(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
-                   int n_classes, cudaStream_t s)
+                   int n_classes, ce_workspace *ws, cudaStream_t s)
 {
     if (loss && dx)
-        launch_rows<T, true, true>(x, labels, loss, dx, n_rows, n_classes, s);
+        launch_rows<T, true, true>(x, labels, loss, dx, n_rows, n_classes, ws, s);
     else if (loss)
-        launch_rows<T, true, false>(x, labels, loss, dx, n_rows, n_classes, s);
+        launch_rows<T, true, false>(x, labels, loss, dx, n_rows, n_classes, ws, s);
     else
-        launch_rows<T, false, true>(x, labels, loss, dx, n_rows, n_classes, s);
+        launch_rows<T, false, true>(x, labels, loss, dx, n_rows, n_classes, ws, s);
 }
 
 extern "C" void ce_v4(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,
-                      size_t n_classes, enum dtype t, cudaStream_t s)
+                      size_t n_classes, enum dtype t, void *workspace, cudaStream_t s)
 {
     kl_note_rung("v4_fused_online");
     if (n_classes <= CE_WARP_MAX_CLASSES) {
-        ce_v3(x, labels, loss, dx, n_rows, n_classes, t, s);
+        ce_v3(x, labels, loss, dx, n_rows, n_classes, t, workspace, s);
         return;
     }
+    ce_workspace *ws = (ce_workspace *)workspace;
     if (t == DT_FP32)
-        launch((const float *)x, labels, loss, (float *)dx, n_rows, (int)n_classes, s);
+        launch((const float *)x, labels, loss, (float *)dx, n_rows, (int)n_classes, ws, s);
     else
-        launch((const __half *)x, labels, loss, (__half *)dx, n_rows, (int)n_classes, s);
+        launch((const __half *)x, labels, loss, (__half *)dx, n_rows, (int)n_classes, ws, s);
 }

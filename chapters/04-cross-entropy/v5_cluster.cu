@@ -76,9 +76,7 @@
 #define MEAN_ARRIVED_SHIFT 50
 #define MEAN_FIELD_MASK 0x3fffull /* 14 bits: up to 16383 clusters (CE_MAX_BLOCKS is 8192) */
 #define MEAN_SLOT_BATCH 8         /* slots a thread reads before it waits for any */
-static __device__ unsigned long long mean_word;
-static __device__ unsigned long long partial_slots[CE_MAX_BLOCKS];
-static __device__ unsigned launches_done;
+/* The word, the slots and the count of launches are the caller's: struct ce_workspace. */
 
 __device__ __forceinline__ unsigned long long ce_load_relaxed(const unsigned long long *p)
 {
@@ -92,25 +90,31 @@ __device__ __forceinline__ void ce_store_relaxed(unsigned long long *p, unsigned
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-__device__ __forceinline__ unsigned ce_launch_tag()
+__device__ __forceinline__ unsigned ce_launch_tag(const ce_workspace *ws)
 {
     unsigned v;
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(&launches_done) : "memory");
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
+                 : "=r"(v)
+                 : "l"(&ws->launches_done)
+                 : "memory");
     return v + 1;
 }
 
 /* The loss, and the tag that tells the next launch's slots from this one's. */
-__device__ __forceinline__ void ce_finish_loss(float *loss, float mean, unsigned tag)
+__device__ __forceinline__ void ce_finish_loss(float *loss, float mean, unsigned tag,
+                                               ce_workspace *ws)
 {
     *loss = mean;
-    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(&launches_done), "r"(tag)
+    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(&ws->launches_done), "r"(tag)
                  : "memory");
 }
 
 /* The partials in cluster order, valid in thread 0; every thread of the block calls this.
  * A thread reads MEAN_SLOT_BATCH slots at once, then waits for any not yet tagged. */
-__device__ __forceinline__ float ce_add_slots(unsigned tag, unsigned clusters)
+__device__ __forceinline__ float ce_add_slots(unsigned tag, unsigned clusters,
+                                              const ce_workspace *ws)
 {
+    const unsigned long long *partial_slots = ws->partial_slots;
     const unsigned G = blockDim.x;
     float mine = 0.f;
     for (unsigned first = threadIdx.x; first < clusters; first += MEAN_SLOT_BATCH * G) {
@@ -133,7 +137,7 @@ __device__ __forceinline__ float ce_add_slots(unsigned tag, unsigned clusters)
     return ce_block_sum(mine);
 }
 
-/* What one cluster adds to mean_word: its arrival, and its partial in fixed point, or a mark
+/* What one cluster adds to the mean's word: its arrival, and its partial in fixed point, or a mark
  * that it was kept out. */
 __device__ __forceinline__ unsigned long long ce_mean_entry(float sum, unsigned clusters)
 {
@@ -160,37 +164,38 @@ __device__ __forceinline__ float ce_mean_from_word(unsigned long long word, unsi
  * which hands_in is true, one thread of the block (thread 0 but where the caller says). */
 __device__ __forceinline__ void ce_hand_in_partial(float sum, bool hands_in, float *loss,
                                                    size_t n_rows, unsigned tag, unsigned cluster,
-                                                   unsigned clusters, bool one_atomic)
+                                                   unsigned clusters, bool one_atomic,
+                                                   ce_workspace *ws)
 {
     if (clusters == 1) {
         if (hands_in)
-            ce_finish_loss(loss, sum / (float)n_rows, tag);
+            ce_finish_loss(loss, sum / (float)n_rows, tag, ws);
         return;
     }
     if (!one_atomic) { /* block 0 waits; its own slot, stored by thread 0, is read by thread 0 */
         if (threadIdx.x == 0)
-            ce_store_relaxed(partial_slots + cluster,
+            ce_store_relaxed(ws->partial_slots + cluster,
                              (unsigned long long)tag << 32 | __float_as_uint(sum));
         if (cluster != 0)
             return;
-        const float total = ce_add_slots(tag, clusters);
+        const float total = ce_add_slots(tag, clusters, ws);
         if (threadIdx.x == 0)
-            ce_finish_loss(loss, total / (float)n_rows, tag);
+            ce_finish_loss(loss, total / (float)n_rows, tag, ws);
         return;
     }
     __shared__ bool fall_back;
     if (hands_in) {
-        ce_store_relaxed(partial_slots + cluster,
+        ce_store_relaxed(ws->partial_slots + cluster,
                          (unsigned long long)tag << 32 | __float_as_uint(sum));
         const unsigned long long mine = ce_mean_entry(sum, clusters);
-        const unsigned long long word = atomicAdd(&mean_word, mine) + mine;
+        const unsigned long long word = atomicAdd(&ws->mean_word, mine) + mine;
         const bool finishing = (word >> MEAN_ARRIVED_SHIFT) == clusters;
         float mean = -1.f;
         if (finishing) {
-            mean_word = 0; /* every cluster has added: ready for the next launch */
+            ws->mean_word = 0; /* every cluster has added: ready for the next launch */
             mean = ce_mean_from_word(word, clusters, n_rows);
             if (mean >= 0.f)
-                ce_finish_loss(loss, mean, tag);
+                ce_finish_loss(loss, mean, tag, ws);
         }
         fall_back = finishing && mean < 0.f;
     }
@@ -199,9 +204,9 @@ __device__ __forceinline__ void ce_hand_in_partial(float sum, bool hands_in, flo
         return;
     /* Every cluster stored its slot before its atomic, this block's own included (visible to
      * the block past the barrier). */
-    const float total = ce_add_slots(tag, clusters);
+    const float total = ce_add_slots(tag, clusters, ws);
     if (threadIdx.x == 0)
-        ce_finish_loss(loss, total / (float)n_rows, tag);
+        ce_finish_loss(loss, total / (float)n_rows, tag, ws);
 }
 
 /* Where a block's logits of one row lie. vec: packs q in [first_pack, end_pack) of the row's
@@ -275,7 +280,7 @@ template <typename T, int P, bool LOSS, bool GRAD>
 __global__ void __launch_bounds__(ROW_THREADS, 3)
     ce_cluster_rows(const T *__restrict__ x, const int32_t *__restrict__ labels,
                     float *__restrict__ loss, T *__restrict__ dx, size_t n_rows, int n_classes,
-                    float inv_rows, bool vec, bool one_atomic)
+                    float inv_rows, bool vec, bool one_atomic, ce_workspace *ws)
 {
     constexpr int W = pack16<T>::width;
     __shared__ ce_online part[32], published[1], combined[1];
@@ -285,7 +290,7 @@ __global__ void __launch_bounds__(ROW_THREADS, 3)
     const size_t clusters = gridDim.x / B;
     const int t = threadIdx.x;
     kl_wait_for_previous_grid();
-    const unsigned tag = LOSS ? ce_launch_tag() : 0;
+    const unsigned tag = LOSS ? ce_launch_tag(ws) : 0;
 
     float loss_sum = 0.f;    /* this thread's loss terms */
     bool holds_term = false; /* its last row's term is in loss_sum: the label's or a NaN */
@@ -414,7 +419,7 @@ __global__ void __launch_bounds__(ROW_THREADS, 3)
         /* One row a block (B is 1): its term is already in one thread, the label's, or for a
          * bad label thread 0's NaN, which hands it in without a block sum. */
         ce_hand_in_partial(loss_sum, holds_term, loss, n_rows, tag, blockIdx.x,
-                           (unsigned)clusters, true);
+                           (unsigned)clusters, true, ws);
     } else if (LOSS) {
         /* One partial per cluster: the loss terms of its blocks, added in rank order. */
         float sum = ce_block_sum(loss_sum);
@@ -428,7 +433,7 @@ __global__ void __launch_bounds__(ROW_THREADS, 3)
         }
         if (rank == 0)
             ce_hand_in_partial(sum, t == 0, loss, n_rows, tag, blockIdx.x / B,
-                               (unsigned)clusters, one_atomic);
+                               (unsigned)clusters, one_atomic, ws);
     }
     if (readers_pending)
         cluster_wait_readers();
@@ -460,7 +465,7 @@ static bool plan_rows(size_t n_classes, size_t esize, struct ce_plan *cp)
 template <typename T, int P, bool LOSS, bool GRAD>
 static void launch_pass(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
                         int n_classes, const struct ce_plan *cp, bool vec, bool early,
-                        cudaStream_t s)
+                        ce_workspace *ws, cudaStream_t s)
 {
     auto kernel = ce_cluster_rows<T, P, LOSS, GRAD>;
     const size_t clusters = n_rows < CE_MAX_BLOCKS ? n_rows : CE_MAX_BLOCKS;
@@ -472,25 +477,29 @@ static void launch_pass(const T *x, const int32_t *labels, float *loss, T *dx, s
         clusters <= (size_t)kl_blocks_per_sm((const void *)kernel, cp->threads, 0) *
                         (size_t)kl_sm_count();
     kl_launch(kernel, dim3((unsigned)(clusters * cp->blocks_per_row)), dim3(cp->threads), 0, s,
-              o, x, labels, loss, dx, n_rows, n_classes, 1.f / (float)n_rows, vec, one_atomic);
+              o, x, labels, loss, dx, n_rows, n_classes, 1.f / (float)n_rows, vec, one_atomic,
+              ws);
 }
 
 template <typename T, int P>
 static void launch_packs(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
                          int n_classes, const struct ce_plan *cp, bool vec, bool early,
-                         cudaStream_t s)
+                         ce_workspace *ws, cudaStream_t s)
 {
     if (loss && dx)
-        launch_pass<T, P, true, true>(x, labels, loss, dx, n_rows, n_classes, cp, vec, early, s);
+        launch_pass<T, P, true, true>(x, labels, loss, dx, n_rows, n_classes, cp, vec, early, ws,
+                                      s);
     else if (loss)
-        launch_pass<T, P, true, false>(x, labels, loss, dx, n_rows, n_classes, cp, vec, early, s);
+        launch_pass<T, P, true, false>(x, labels, loss, dx, n_rows, n_classes, cp, vec, early,
+                                       ws, s);
     else
-        launch_pass<T, P, false, true>(x, labels, loss, dx, n_rows, n_classes, cp, vec, early, s);
+        launch_pass<T, P, false, true>(x, labels, loss, dx, n_rows, n_classes, cp, vec, early,
+                                       ws, s);
 }
 
 template <typename T>
 static bool launch(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
-                   size_t n_classes, bool early, cudaStream_t s)
+                   size_t n_classes, bool early, ce_workspace *ws, cudaStream_t s)
 {
     struct ce_plan cp;
     if (!plan_rows(n_classes, sizeof(T), &cp))
@@ -498,12 +507,13 @@ static bool launch(const T *x, const int32_t *labels, float *loss, T *dx, size_t
     /* Packs need x and dx rows at the same offset from a 16-byte boundary. */
     const bool vec = !dx || ((uintptr_t)x & 15) == ((uintptr_t)dx & 15);
     constexpr int max_packs = ROW_VALUES / pack16<T>::width;
+    const int C = (int)n_classes;
     switch (cp.packs_per_thread) {
-    case 1: launch_packs<T, 1>(x, labels, loss, dx, n_rows, (int)n_classes, &cp, vec, early, s); break;
-    case 2: launch_packs<T, 2>(x, labels, loss, dx, n_rows, (int)n_classes, &cp, vec, early, s); break;
-    case 4: launch_packs<T, 4>(x, labels, loss, dx, n_rows, (int)n_classes, &cp, vec, early, s); break;
+    case 1: launch_packs<T, 1>(x, labels, loss, dx, n_rows, C, &cp, vec, early, ws, s); break;
+    case 2: launch_packs<T, 2>(x, labels, loss, dx, n_rows, C, &cp, vec, early, ws, s); break;
+    case 4: launch_packs<T, 4>(x, labels, loss, dx, n_rows, C, &cp, vec, early, ws, s); break;
     default:
-        launch_packs<T, max_packs>(x, labels, loss, dx, n_rows, (int)n_classes, &cp, vec, early, s);
+        launch_packs<T, max_packs>(x, labels, loss, dx, n_rows, C, &cp, vec, early, ws, s);
         break;
     }
     return true;
@@ -512,20 +522,22 @@ static bool launch(const T *x, const int32_t *labels, float *loss, T *dx, size_t
 /* v6 calls this with early = true. */
 extern "C" void ce_v5_launch(const void *x, const int32_t *labels, float *loss, void *dx,
                              size_t n_rows, size_t n_classes, enum dtype t, bool early,
-                             cudaStream_t s)
+                             void *workspace, cudaStream_t s)
 {
+    ce_workspace *ws = (ce_workspace *)workspace;
     const bool done =
         t == DT_FP32
-            ? launch((const float *)x, labels, loss, (float *)dx, n_rows, n_classes, early, s)
+            ? launch((const float *)x, labels, loss, (float *)dx, n_rows, n_classes, early, ws,
+                     s)
             : launch((const __half *)x, labels, loss, (__half *)dx, n_rows, n_classes, early,
-                     s);
+                     ws, s);
     if (!done)
-        ce_v4(x, labels, loss, dx, n_rows, n_classes, t, s);
+        ce_v4(x, labels, loss, dx, n_rows, n_classes, t, workspace, s);
 }
 
 extern "C" void ce_v5(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,
-                      size_t n_classes, enum dtype t, cudaStream_t s)
+                      size_t n_classes, enum dtype t, void *workspace, cudaStream_t s)
 {
     kl_note_rung("v5_cluster");
-    ce_v5_launch(x, labels, loss, dx, n_rows, n_classes, t, false, s);
+    ce_v5_launch(x, labels, loss, dx, n_rows, n_classes, t, false, workspace, s);
 }

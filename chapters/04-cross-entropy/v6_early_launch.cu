@@ -16,8 +16,8 @@
 #include "cross_entropy.h"
 
 extern "C" void ce_v6(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,
-                      size_t n_classes, enum dtype t, cudaStream_t s)
+                      size_t n_classes, enum dtype t, void *workspace, cudaStream_t s)
 {
     kl_note_rung("v6_early_launch");
-    ce_v5_launch(x, labels, loss, dx, n_rows, n_classes, t, true, s);
+    ce_v5_launch(x, labels, loss, dx, n_rows, n_classes, t, true, workspace, s);
 }

@@ -59,9 +59,6 @@
 #define CE_LAG 3 /* gradient passes: slots refilled before the oldest refill is summarised */
 #endif
 
-static __device__ float partial_sums[CE_MAX_BLOCKS];
-static __device__ unsigned blocks_done;
-
 /* What a thread holds of a row besides its slots: the row's split, its label, the head or tail
  * element whose index is this thread's (0 where there is none), and in thread 0 of the gradient
  * kernels the label's logit. The logits stay as loaded, in T, until the row is used: converting
@@ -229,7 +226,7 @@ __device__ __forceinline__ ce_online ce_push_edges(ce_online st, const ce_row_ed
 template <typename T>
 __global__ void __launch_bounds__(MAX_THREADS)
     ce_pipelined_loss(const T *__restrict__ x, const int32_t *__restrict__ labels,
-                      float *__restrict__ loss, size_t n_rows, int n_classes)
+                      float *__restrict__ loss, size_t n_rows, int n_classes, ce_workspace *ws)
 {
     using pack = pack16<T>;
     constexpr int W = pack::width;
@@ -292,7 +289,7 @@ __global__ void __launch_bounds__(MAX_THREADS)
         if (!ok && t == 0)
             loss_sum += ce_nan();
     }
-    ce_finish_mean(ce_block_sum(loss_sum), loss, n_rows, partial_sums, &blocks_done);
+    ce_finish_mean(ce_block_sum(loss_sum), loss, n_rows, ws->partial_sums, &ws->blocks_done);
 }
 
 /* Backward, and forward with backward: the row's summary must be complete before its gradient
@@ -311,7 +308,7 @@ template <typename T, bool LOSS>
 __global__ void __launch_bounds__(MAX_THREADS)
     ce_pipelined_grad(const T *__restrict__ x, const int32_t *__restrict__ labels,
                       float *__restrict__ loss, T *__restrict__ dx, size_t n_rows,
-                      int n_classes, int n_slots, int spare, float inv_rows)
+                      int n_classes, int n_slots, int spare, float inv_rows, ce_workspace *ws)
 {
     constexpr int W = pack16<T>::width;
     extern __shared__ uint4 ring[];
@@ -414,7 +411,7 @@ __global__ void __launch_bounds__(MAX_THREADS)
             loss_sum += ok ? ce_row_loss(rs.m, log_sum, to_float(cur.label_v)) : ce_nan();
     }
     if (LOSS) /* the block's sum is thread 0's */
-        ce_finish_mean(loss_sum, loss, n_rows, partial_sums, &blocks_done);
+        ce_finish_mean(loss_sum, loss, n_rows, ws->partial_sums, &ws->blocks_done);
 }
 
 /* ---- host ---- */
@@ -467,21 +464,22 @@ static void plan_spare(const void *kernel, size_t room, struct ring_plan *p)
 
 template <typename T>
 static bool launch_loss(const T *x, const int32_t *labels, float *loss, size_t n_rows,
-                        int n_classes, cudaStream_t s)
+                        int n_classes, ce_workspace *ws, cudaStream_t s)
 {
     static size_t room = 0;
     struct ring_plan p;
     if (!plan_ring((const void *)ce_pipelined_loss<T>, &room, n_classes, pack16<T>::width,
                    n_rows, &p))
         return false;
-    ce_pipelined_loss<T><<<p.blocks, p.threads, p.bytes, s>>>(x, labels, loss, n_rows, n_classes);
+    ce_pipelined_loss<T><<<p.blocks, p.threads, p.bytes, s>>>(x, labels, loss, n_rows, n_classes,
+                                                              ws);
     LAUNCH_CHECK();
     return true;
 }
 
 template <typename T, bool LOSS>
 static bool launch_grad(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
-                        int n_classes, cudaStream_t s)
+                        int n_classes, ce_workspace *ws, cudaStream_t s)
 {
     static size_t room = 0;
     struct ring_plan p;
@@ -490,24 +488,24 @@ static bool launch_grad(const T *x, const int32_t *labels, float *loss, T *dx, s
         return false;
     plan_spare((const void *)ce_pipelined_grad<T, LOSS>, room, &p);
     ce_pipelined_grad<T, LOSS><<<p.blocks, p.threads, p.bytes, s>>>(
-        x, labels, loss, dx, n_rows, n_classes, p.n_slots, p.spare, 1.f / (float)n_rows);
+        x, labels, loss, dx, n_rows, n_classes, p.n_slots, p.spare, 1.f / (float)n_rows, ws);
     LAUNCH_CHECK();
     return true;
 }
 
 template <typename T>
 static bool launch(const T *x, const int32_t *labels, float *loss, T *dx, size_t n_rows,
-                   size_t n_classes, cudaStream_t s)
+                   size_t n_classes, ce_workspace *ws, cudaStream_t s)
 {
     if (n_classes <= CE_WARP_MAX_CLASSES || n_classes > 0x7fffffff)
         return false;
     if (dx && ((uintptr_t)x & 15) != ((uintptr_t)dx & 15))
         return false;
     if (loss && dx)
-        return launch_grad<T, true>(x, labels, loss, dx, n_rows, (int)n_classes, s);
+        return launch_grad<T, true>(x, labels, loss, dx, n_rows, (int)n_classes, ws, s);
     if (loss)
-        return launch_loss(x, labels, loss, n_rows, (int)n_classes, s);
-    return launch_grad<T, false>(x, labels, loss, dx, n_rows, (int)n_classes, s);
+        return launch_loss(x, labels, loss, n_rows, (int)n_classes, ws, s);
+    return launch_grad<T, false>(x, labels, loss, dx, n_rows, (int)n_classes, ws, s);
 }
 
 extern "C" size_t ce_v7_ring_misalignment(void)
@@ -528,13 +526,14 @@ extern "C" size_t ce_v7_ring_misalignment(void)
 }
 
 extern "C" void ce_v7(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,
-                      size_t n_classes, enum dtype t, cudaStream_t s)
+                      size_t n_classes, enum dtype t, void *workspace, cudaStream_t s)
 {
     kl_note_rung("v7_pipelined");
+    ce_workspace *ws = (ce_workspace *)workspace;
     const bool done =
         t == DT_FP32
-            ? launch((const float *)x, labels, loss, (float *)dx, n_rows, n_classes, s)
-            : launch((const __half *)x, labels, loss, (__half *)dx, n_rows, n_classes, s);
+            ? launch((const float *)x, labels, loss, (float *)dx, n_rows, n_classes, ws, s)
+            : launch((const __half *)x, labels, loss, (__half *)dx, n_rows, n_classes, ws, s);
     if (!done)
-        ce_v4(x, labels, loss, dx, n_rows, n_classes, t, s);
+        ce_v4(x, labels, loss, dx, n_rows, n_classes, t, workspace, s);
 }

@@ -22,9 +22,9 @@
  * (The chapter's README has what the variants that lost measured: a row finished by its last
  * span's warp, and fewer packs a lane, with and without the next span's loads issued early.)
  * Limits: the backward and the fused pass are v7's (they must hold the row to write its
- * gradient); rows of up to 1024 logits keep v3's warp, as in v7. The workspace is allocated on
- * the first call (the harness makes it before any graph capture) and grows with the problem,
- * so launches must not run concurrently on two streams. */
+ * gradient); rows of up to 1024 logits keep v3's warp, as in v7. The span states lie in the
+ * caller's workspace, past the mean's (ce_workspace_bytes says how much the shape needs), so
+ * launches that may run at the same time need a workspace each. */
 #include "cross_entropy.cuh"
 #include "cross_entropy.h"
 #include "launch.cuh"
@@ -33,9 +33,6 @@
 #define PACKS_A_LANE 8                  /* 128 bytes in flight a lane */
 #define SPAN_PACKS (32 * PACKS_A_LANE) /* a warp's span of a row */
 #define FINISH_THREADS 256
-
-static __device__ float partial_sums[CE_MAX_BLOCKS];
-static __device__ unsigned blocks_done;
 
 /* What a lane holds of one span: its packs, and the row's head or tail element where the span
  * is the row's first or last and the lane's index falls there. */
@@ -127,7 +124,7 @@ template <typename T>
 __global__ void __launch_bounds__(FINISH_THREADS)
     ce_split_finish(const T *__restrict__ x, const int32_t *__restrict__ labels,
                     float *__restrict__ loss, size_t n_rows, int n_classes, int n_spans,
-                    const ce_online *__restrict__ span_states)
+                    const ce_online *__restrict__ span_states, ce_workspace *ws)
 {
     kl_wait_for_previous_grid(); /* every span's state is stored */
     const int lane = threadIdx.x & 31;
@@ -145,29 +142,36 @@ __global__ void __launch_bounds__(FINISH_THREADS)
             loss_sum += ok ? ce_row_loss(rs.m, logf(rs.s), x_label) : ce_nan();
         }
     }
-    ce_finish_mean(ce_block_sum(loss_sum), loss, n_rows, partial_sums, &blocks_done);
+    ce_finish_mean(ce_block_sum(loss_sum), loss, n_rows, ws->partial_sums, &ws->blocks_done);
 }
 
 /* ---- host ---- */
 
-/* The span states of n_rows x n_spans spans: allocated on the first call, grown when a larger
- * problem comes. */
-static ce_online *workspace_for(size_t n_spans_in_all, cudaStream_t s)
+/* Spans a row of n_classes logits, `width` to a pack, is cut into (whole packs bound it: a row
+ * that starts off a 16-byte boundary has fewer). */
+static int spans_a_row(int n_classes, int width)
 {
-    static void *states;
-    static size_t have;
-    return (ce_online *)kl_grow_buffer(&states, &have, n_spans_in_all * sizeof(ce_online), s);
+    const int packs = n_classes / width;
+    return (packs + SPAN_PACKS - 1) / SPAN_PACKS; /* C > 1024: packs >= 128 */
+}
+
+extern "C" size_t ce_workspace_bytes(size_t n_rows, size_t n_classes, enum dtype t)
+{
+    /* v8 cuts rows into spans only where it runs its own forward: rows of over 1024 logits. */
+    if (n_classes <= CE_WARP_MAX_CLASSES)
+        return sizeof(struct ce_workspace);
+    const int n_spans = spans_a_row((int)n_classes, 16 / (int)dtype_size(t));
+    return CE_SPAN_STATES_OFFSET + n_rows * (size_t)n_spans * sizeof(ce_online);
 }
 
 template <typename T>
 static void launch_loss(const T *x, const int32_t *labels, float *loss, size_t n_rows,
-                        int n_classes, cudaStream_t s)
+                        int n_classes, void *workspace, cudaStream_t s)
 {
-    constexpr int W = pack16<T>::width;
-    const int packs = n_classes / W;
-    const int n_spans = (packs + SPAN_PACKS - 1) / SPAN_PACKS; /* C > 1024: packs >= 128 */
+    const int n_spans = spans_a_row(n_classes, pack16<T>::width);
     const size_t spans = n_rows * (size_t)n_spans;
-    ce_online *states = workspace_for(spans, s);
+    ce_workspace *ws = (ce_workspace *)workspace;
+    ce_online *states = (ce_online *)((char *)workspace + CE_SPAN_STATES_OFFSET);
 
     const size_t warps_a_block = SPLIT_THREADS / 32;
     size_t blocks = (size_t)kl_sm_count() *
@@ -185,19 +189,19 @@ static void launch_loss(const T *x, const int32_t *labels, float *loss, size_t n
     finish_blocks = finish_blocks < CE_MAX_BLOCKS ? finish_blocks : CE_MAX_BLOCKS;
     const struct kl_launch_opts early = {1, kl_device_cc() >= 90};
     kl_launch(ce_split_finish<T>, dim3((unsigned)finish_blocks), dim3(FINISH_THREADS), 0, s,
-              early, x, labels, loss, n_rows, n_classes, n_spans, (const ce_online *)states);
+              early, x, labels, loss, n_rows, n_classes, n_spans, (const ce_online *)states, ws);
 }
 
 extern "C" void ce_v8(const void *x, const int32_t *labels, float *loss, void *dx, size_t n_rows,
-                      size_t n_classes, enum dtype t, cudaStream_t s)
+                      size_t n_classes, enum dtype t, void *workspace, cudaStream_t s)
 {
     kl_note_rung("v8_split_rows");
     if (dx || !loss || n_classes <= CE_WARP_MAX_CLASSES) {
-        ce_v7(x, labels, loss, dx, n_rows, n_classes, t, s);
+        ce_v7(x, labels, loss, dx, n_rows, n_classes, t, workspace, s);
         return;
     }
     if (t == DT_FP32)
-        launch_loss((const float *)x, labels, loss, n_rows, (int)n_classes, s);
+        launch_loss((const float *)x, labels, loss, n_rows, (int)n_classes, workspace, s);
     else
-        launch_loss((const __half *)x, labels, loss, n_rows, (int)n_classes, s);
+        launch_loss((const __half *)x, labels, loss, n_rows, (int)n_classes, workspace, s);
 }
