@@ -24,6 +24,17 @@
             cr_skip_test("a test of the machine without a GPU; this one has one");           \
     } while (0)
 
+/* The run printed nothing on stdout and exactly one line on stderr, which says `must_say`. */
+static void expect_one_line_saying(const char *must_say)
+{
+    char out[4096], err[4096];
+    read_redirected(cr_get_redirected_stdout(), out, sizeof out);
+    read_redirected(cr_get_redirected_stderr(), err, sizeof err);
+    cr_expect_str_eq(out, "", "nothing but the one line: stdout had %s", out);
+    cr_expect_eq(count_lines(err), 1, "one line: %s", err);
+    cr_expect(strstr(err, must_say) != NULL, "the line was: %s", err);
+}
+
 /* The runtime blames an old driver where there is no driver at all: the message must not. */
 Test(program_without_gpu, says_no_gpu_or_driver_plainly)
 {
@@ -40,12 +51,7 @@ Test(program_without_gpu, exercise_exits_3_in_one_line, .init = redirect_output)
     SKIP_WITH_GPU();
     const char *argv[] = {"01-relu", "--exercise"};
     cr_expect_eq(ladder_main(&relu_chapter, 2, (char **)argv), KL_EXIT_CUDA);
-    char out[4096], err[4096];
-    read_redirected(cr_get_redirected_stdout(), out, sizeof out);
-    read_redirected(cr_get_redirected_stderr(), err, sizeof err);
-    cr_expect_str_eq(out, "", "nothing but the one line: stdout had %s", out);
-    cr_expect_eq(count_lines(err), 1, "one line: %s", err);
-    cr_expect(strstr(err, "needs a GPU") != NULL, "the line was: %s", err);
+    expect_one_line_saying("needs a GPU");
 }
 
 /* 2048^3 is past the full reference's limit, so the reference computes 16 rows and 16
@@ -77,12 +83,7 @@ Test(program_without_gpu, too_large_for_memory_is_one_line, .init = redirect_out
     SKIP_WITH_GPU();
     const char *argv[] = {"01-relu", "--shape", "100000x100000x1000", "--iters", "1"};
     cr_expect_eq(ladder_main(&relu_chapter, 5, (char **)argv), KL_EXIT_CUDA);
-    char out[4096], err[4096];
-    read_redirected(cr_get_redirected_stdout(), out, sizeof out);
-    read_redirected(cr_get_redirected_stderr(), err, sizeof err);
-    cr_expect_str_eq(out, "", "stdout had: %s", out);
-    cr_expect_eq(count_lines(err), 1, "one line: %s", err);
-    cr_expect(strstr(err, "memory") != NULL, "the line was: %s", err);
+    expect_one_line_saying("memory");
 }
 
 /* Rates under 1 TFLOP/s print in GFLOP/s with three figures, so that a CPU's or a tiny

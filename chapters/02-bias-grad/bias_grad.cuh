@@ -1,5 +1,5 @@
 /* Device helpers the bias-gradient rungs share: sums across a warp and a block, and the last
- * step of the rungs that accumulate in a scratch buffer (kl_grow_buffer) before writing db. */
+ * step of the rungs that accumulate in the caller's workspace before writing db. */
 #ifndef BIAS_GRAD_CUH
 #define BIAS_GRAD_CUH
 
