@@ -128,12 +128,17 @@ static const struct rung *rung_noted(const struct chapter *ch, const char *noted
     return NULL;
 }
 
-/* The rung whose kernels ran in r's place, as its launchers noted, or NULL for r's own. */
+/* The rung whose kernels ran in r's place, as its launchers noted, or NULL for r's own. A
+ * note that names no rung names what a vendor call ran (cuDNN's algorithm): it is kept as is. */
 static const char *ran_instead(const struct chapter *ch, const struct rung *r,
                                const char *noted)
 {
-    const struct rung *ran = noted ? rung_noted(ch, noted) : NULL;
-    return ran && strcmp(ran->name, r->name) ? ran->name : NULL;
+    if (!noted)
+        return NULL;
+    const struct rung *ran = rung_noted(ch, noted);
+    if (!ran)
+        return noted;
+    return strcmp(ran->name, r->name) ? ran->name : NULL;
 }
 
 /* One pass and dtype: verify every listed rung, then time them, then print the rows. */

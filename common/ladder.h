@@ -28,12 +28,15 @@ extern "C" {
 #define KL_MAX_PARAMS 8
 #define KL_MAX_PASSES 4
 
-/* A problem size: dims joined by 'x', then optionally '-' and chapter-defined window
- * parameters, each a lower-case letter and a number (8x64x128x128-k2s2p0). `text` is the
- * canonical spelling, written to the table and the CSV, and read back by --shape. */
+/* A problem size: dims joined by 'x', then optionally '-', a number of the chapter's (`lead`:
+ * the convolutions' filter count) and chapter-defined window parameters, each a lower-case
+ * letter and a number (8x64x128x128-k2s2p0, 2x4x64x64-8k3s1p1). `text` is the canonical
+ * spelling, written to the table and the CSV, and read back by --shape. */
 struct shape {
     int ndims;
     int64_t dim[KL_MAX_DIMS];
+    int has_lead;
+    int64_t lead;
     int nparams;
     char param_name[KL_MAX_PARAMS];
     int64_t param[KL_MAX_PARAMS];

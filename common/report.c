@@ -9,7 +9,7 @@
 
 void report_table_header(FILE *f)
 {
-    fprintf(f, "%-7s %-22s %-5s %-20s %10s %19s %14s %6s %9s %9s %9s  %s\n", "pass", "rung",
+    fprintf(f, "%-10s %-22s %-5s %-22s %10s %19s %14s %6s %9s %9s %9s  %s\n", "pass", "rung",
             "dtype", "shape", "median us", "min-max us", "rate", "%roof", "vs vendor",
             "max abs", "rel err", "verdict");
 }
@@ -50,7 +50,7 @@ void report_table_row(FILE *f, const struct result_row *r)
         snprintf(abs_err, sizeof abs_err, "%.2e", r->max_abs_err);
         snprintf(rel_err, sizeof rel_err, "%.2e", r->rel_err);
     }
-    fprintf(f, "%-7s %-22s %-5s %-20s %10s %19s %14s %6s %9s %9s %9s  %s%s%s\n", r->pass,
+    fprintf(f, "%-10s %-22s %-5s %-22s %10s %19s %14s %6s %9s %9s %9s  %s%s%s\n", r->pass,
             r->variant, dtype_name(r->dtype), r->shape, median, range, rate, roof, vendor, abs_err,
             rel_err, r->verdict, r->ran ? ", ran " : "", r->ran ? r->ran : "");
 }

@@ -67,6 +67,13 @@ int shape_parse(const char *text, struct shape *s, char *why, size_t why_len)
     }
     if (*p == '-') {
         p++;
+        if (isdigit((unsigned char)*p)) {
+            if (read_number(&p, &s->lead)) {
+                snprintf(why, why_len, "the number after '-' is too large");
+                return -1;
+            }
+            s->has_lead = 1;
+        }
         while (*p) {
             if (!islower((unsigned char)*p)) {
                 snprintf(why, why_len, "'%c' where a window parameter letter should be", *p);
@@ -100,9 +107,11 @@ void shape_format(struct shape *s)
     for (int i = 0; i < s->ndims; i++)
         len += (size_t)snprintf(s->text + len, len < cap ? cap - len : 0, "%s%" PRId64,
                                 i ? "x" : "", s->dim[i]);
+    if (s->has_lead)
+        len += (size_t)snprintf(s->text + len, len < cap ? cap - len : 0, "-%" PRId64, s->lead);
     for (int i = 0; i < s->nparams; i++)
         len += (size_t)snprintf(s->text + len, len < cap ? cap - len : 0, "%s%c%" PRId64,
-                                i ? "" : "-", s->param_name[i], s->param[i]);
+                                i || s->has_lead ? "" : "-", s->param_name[i], s->param[i]);
 }
 
 int64_t shape_elements(const struct shape *s)

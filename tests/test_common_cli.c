@@ -115,7 +115,15 @@ Test(cli, shapes_spell_back_the_same)
     cr_expect_eq(shape_param(&s, 'p', -1), 0);
     cr_expect_eq(shape_param(&s, 'd', 1), 1);
     cr_expect_str_eq(s.text, "8x64x128x128-k2s2p0");
+    cr_assert_eq(shape_parse("2x4x64x64-8k3s1p1", &s, why, sizeof why), 0, "%s", why);
+    cr_expect_str_eq(s.text, "2x4x64x64-8k3s1p1");
+    cr_expect(s.has_lead);
+    cr_expect_eq(s.lead, 8);
+    cr_expect_eq(shape_param(&s, 'k', -1), 3);
+    cr_assert_eq(shape_parse("2x4-7", &s, why, sizeof why), 0, "%s", why);
+    cr_expect_str_eq(s.text, "2x4-7");
     cr_expect_neq(shape_parse("8x64-k", &s, why, sizeof why), 0);
+    cr_expect_neq(shape_parse("8x64-99999999999999999999k3", &s, why, sizeof why), 0);
     cr_expect_neq(shape_parse("8x64-K2", &s, why, sizeof why), 0);
     cr_expect_neq(shape_parse("", &s, why, sizeof why), 0);
 }

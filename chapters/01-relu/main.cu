@@ -91,7 +91,7 @@ static const struct preset presets[] = {
 
 static int check_shape(const struct shape *s, char *why, size_t why_len)
 {
-    if (s->nparams) {
+    if (s->nparams || s->has_lead) {
         snprintf(why, why_len, "ReLU takes no window parameters");
         return -1;
     }

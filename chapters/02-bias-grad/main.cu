@@ -100,7 +100,7 @@ static int check_shape(const struct shape *s, char *why, size_t why_len)
         snprintf(why, why_len, "dy needs 4 dimensions, N x C x H x W; got %d", s->ndims);
         return -1;
     }
-    if (s->nparams) {
+    if (s->nparams || s->has_lead) {
         snprintf(why, why_len, "the bias gradient takes no window parameters");
         return -1;
     }

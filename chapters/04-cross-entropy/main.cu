@@ -144,7 +144,7 @@ static const struct preset presets[] = {
 
 static int check_shape(const struct shape *s, char *why, size_t why_len)
 {
-    if (s->nparams) {
+    if (s->nparams || s->has_lead) {
         snprintf(why, why_len, "cross-entropy takes no window parameters");
         return -1;
     }

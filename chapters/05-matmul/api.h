@@ -29,6 +29,11 @@ enum matmul_form { MATMUL_AB, MATMUL_ATB, MATMUL_ABT };
 void matmul(enum matmul_form form, const void *a, const void *b, void *c, struct matmul_dims d,
             enum dtype t, cudaStream_t s);
 
+/* C = A B on rung v3 alone, 16 x 16 shared-memory tiles, whatever the shape: the reference
+ * report's method, which the convolution chapters time as their im2col rung's product. */
+void matmul_v3(const void *a, const void *b, void *c, struct matmul_dims d, enum dtype t,
+               cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

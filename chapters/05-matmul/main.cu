@@ -114,7 +114,7 @@ static int check_shape(const struct shape *s, char *why, size_t why_len)
                  s->ndims);
         return -1;
     }
-    if (s->nparams) {
+    if (s->nparams || s->has_lead) {
         snprintf(why, why_len, "matmul takes no window parameters");
         return -1;
     }

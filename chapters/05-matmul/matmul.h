@@ -21,7 +21,7 @@ extern "C" {
                     cudaStream_t s);
 MATMUL_RUNG(v1)
 MATMUL_RUNG(v2)
-MATMUL_RUNG(v3)
+MATMUL_RUNG(v3) /* also in api.h */
 MATMUL_RUNG(v4)
 MATMUL_RUNG(v5)
 MATMUL_RUNG(v6)

@@ -127,6 +127,10 @@ static int check_shape(const struct shape *s, char *why, size_t why_len)
                  s->ndims);
         return -1;
     }
+    if (s->has_lead) {
+        snprintf(why, why_len, "max pooling's window parameters start with a letter (k2s2p0)");
+        return -1;
+    }
     for (int i = 0; i < s->nparams; i++)
         if (s->param_name[i] != 'k' && s->param_name[i] != 's' && s->param_name[i] != 'p') {
             snprintf(why, why_len, "window parameter '%c' is not k (window), s (stride) or p "
