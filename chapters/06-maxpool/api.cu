@@ -5,7 +5,9 @@
  * - 3x3 windows at stride 1 or 2: v4's windows unrolled over registers, forward (2.1-2.6x the
  *   next rung) and backward; except the fp32 backward at stride 2, where v1's atomics are as
  *   fast or faster (8x64x128x128-k3s2p1: v4 1.12x; 32x64x112x112-k3s2p1: v1 1.008x v4's time);
- * - other windows, forward: v2's rows of outputs (v3's and v4's forward are v2's there);
+ * - other windows, forward: v2's rows of outputs where its 2x2 stride-2 path applies (v3's and
+ *   v4's forward are v2's there), else v1, whose thread per output beats v2's general kernel
+ *   (8x64x127x129-k2s2p0: v2 1.050x v1's time in fp16, 1.035x in fp32; 3x3 stride 2 goes to v4);
  * - other windows, backward: v3's gathers, but v1 where H or W is odd (8x64x127x129: v3
  *   1.15x in fp16, 1.56x in fp32), and v1 for fp32 tensors of 2^20 to 2^22 elements, where its
  *   atomics meet few collisions and v3's grid is small (8x64x56x56: v3 1.10x; at 1x64x56x56
@@ -13,7 +15,7 @@
 #include <stdio.h>
 
 #include "api.h"
-#include "maxpool.h"
+#include "maxpool.cuh"
 
 #define V1_FP32_FROM ((int64_t)1 << 20)
 #define V1_FP32_UP_TO ((int64_t)1 << 22)
@@ -73,8 +75,10 @@ extern "C" void maxpool_forward(const void *x, void *y, uint8_t *argmax, struct 
 {
     if (unrolled_3x3(d))
         maxpool_forward_v4(x, y, argmax, d, t, s);
-    else
+    else if (maxpool_2x2_path(d, 4, dtype_size(t), x, y))
         maxpool_forward_v2(x, y, argmax, d, t, s);
+    else
+        maxpool_forward_v1(x, y, argmax, d, t, s);
 }
 
 extern "C" void maxpool_backward(const void *dy, const uint8_t *argmax, void *dx,
