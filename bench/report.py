@@ -128,8 +128,9 @@ def is_own_rung(r):
 
 
 def short(rung):
-    """v3_warp_shuffle -> v3"""
-    return rung.split("_", 1)[0]
+    """v3_warp_shuffle -> v3; a vendor's algorithm (IMPLICIT_PRECOMP_GEMM) stays whole"""
+    head = rung.split("_", 1)[0]
+    return head if re.fullmatch(r"v\d+", head) else rung
 
 
 def variant_key(v):
