@@ -1,37 +1,28 @@
 /* v5, a row shared by a thread-block cluster: small blocks, many per SM, merged on chip.
  *
- * Idea: v3 and v4 give a long row (or a strip of strided rows) to ONE block, as large as the
- * row needs: at `large` a 1024-thread block per SM (or two of 512), which loads, then stops
- * loading while it reduces, then stores. Here a row is split across a cluster of B blocks of
- * at most 256 threads (B <= 8; clusters are an sm_90 feature): each block keeps its slice in
- * registers, summarises it, and the B blocks exchange their summaries through distributed
- * shared memory (one value per block, read from the other blocks' shared memory after one
- * cluster barrier), so the row never goes through global memory twice. An SM then holds four
- * to eight such blocks, at different phases: while one reduces, the others' loads are in flight.
- * Each block merges the B summaries in rank order, so every block of the cluster sees the very
- * same bits. A block must not exit while another may still read its shared memory: it arrives
- * at a second cluster barrier after its reads and waits on it only after its stores.
- * The mapping, by layout:
- *   - contiguous rows (H W = 1): a block of G <= 256 threads per slice, P 16-byte packs per
- *     thread (forward up to 32 values, backward up to 16 of y and 16 of dy), B blocks per row.
- *     Short rows need one block: at 8x10x1x1 a block of 32 threads per row of 10, one value
- *     per lane, one load and one store each, the shortest chain this chapter has.
- *   - strided rows (H W > 1, C > 32): a cluster per tile of 32 neighbouring positions; lane l
- *     owns position l, the B x 8 warps of the cluster split the channels, up to 16 per lane.
- *     Each warp instruction reads 32 neighbouring elements of one channel, as in v3's strips.
- * Forward, one exp per value: each thread keeps e = exp(v - m_thread) in its registers and
- * scales it by exp(m_thread - m_row) / s_row at the end (v4's merge, one exchange per row).
- * What changed from v4: the unit of work is a cluster of small blocks, not one large block;
- * no shared-memory staging (the row is spread over up to 8 SMs' registers instead).
- * Expected: at `large` (4096 x 32768) four blocks of a row spread over four SMs, four or more
- * rows' blocks per SM: 88% of the roof or more, fp16 included (v4: 79% there, one row per SM
- * in flight); at 64x1000x14x14 a tile of 32 positions x 1000 channels as 8 blocks of 256
- * threads, 16 values per lane, 3584 blocks in all: from v3's 53% (one 1024-thread block per
- * SM) to 85% or more. At 8x10x1x1, a launch floor plus one DRAM round trip.
- * Limits: clusters need compute capability 9.0 (listed as unsupported below). Shapes past a
- * cluster's registers (contiguous rows over 65536 values forward or 32768 backward, strided
- * rows over 1024 channels, grids past 2^31 blocks) and strided rows of at most 32 channels,
- * which v3's strips serve with a thread per row, go to v4. */
+ * Idea: v3 and v4 give a long row (or a strip of strided rows) to ONE block as large as the row
+ * needs: at `large` a 1024-thread block per SM (or two of 512), which loads, then stops loading
+ * while it reduces, then stores. Here a row is split across a cluster of B <= 8 blocks of at
+ * most 256 threads (an sm_90 feature): each block keeps its slice in registers, summarises it
+ * (v4's merge, one exp per value), and the B blocks exchange one summary each through
+ * distributed shared memory after one cluster barrier, merged in rank order so every block
+ * gets the same bits. A block leaves only after a second cluster barrier says no sibling still
+ * reads its shared memory. An SM then holds four to eight blocks at different phases: while
+ * one reduces, the others' loads are in flight.
+ * The mapping: contiguous rows take G <= 256 threads a block, up to 32 values a thread forward
+ * (16 of y and 16 of dy backward), B blocks a row; at 8x10x1x1 a 32-thread block per row of 10,
+ * one value a lane. Strided rows (C > 32) take a cluster per tile of 32 neighbouring positions,
+ * lane l owning position l and the cluster's warps splitting the channels, up to 16 a lane.
+ * What changed from v4: the unit of work is a cluster of small blocks, not one large block; no
+ * shared-memory staging (the row is spread over up to 8 SMs' registers instead).
+ * Expected: 88% of the roof or more at `large`, fp16 included; 85% or more at 64x1000x14x14 (8
+ * blocks of 256 threads a tile, 3584 blocks), against one 1024-thread block an SM in v3; at
+ * 8x10x1x1 a launch floor plus one DRAM round trip.
+ * Limits: compute capability 9.0 (main.cu's rung table says so). Contiguous rows over 65536
+ * values forward or 32768 backward, strided rows over 1024 channels or of at most 32, and grids
+ * past 2^31 blocks go to v4.
+ * Measured (H200): short of the prediction but at 8x10x1x1 (1.92 us, v3 2.16): `large` forward
+ * 93.8% fp32, 67.7% fp16; 64x1000x14x14 46.6% against v3's 57.4% (NOTES.md has why). */
 #include "cluster.cuh"
 #include "launch.cuh"
 #include "softmax.cuh"

@@ -2,34 +2,27 @@
  * contiguous slabs by the copy engine.
  *
  * Idea: at 64x1000x14x14 a row's 1000 values lie 196 apart, and every earlier rung reads them
- * in runs of a few dozen bytes (v3's strips: 64 bytes every 784 in fp32). A copy with that
- * access pattern is itself as slow as v3, so the pattern, not the arithmetic, holds the
- * strided shapes back. But the C rows of one image together are one contiguous block of
- * C H W elements (392 KB in fp16 here), and a few SMs can hold it. So the B blocks of a
- * cluster take one image: block b copies channels [b k, b k + k), a contiguous slab, into its
- * shared memory with up to 16 bulk copies (`cp.async.bulk`, the tensor-memory accelerator,
- * each piece's bytes counted on its own mbarrier) and summarises every position over its k
- * channels as the pieces land. The B blocks merge their per-position summaries through
- * distributed shared memory (one value per position and block, in rank order, so every block
- * gets the same bits). Each block then writes its outputs in place and sends the slab back
- * piece by piece with bulk stores. DRAM sees long contiguous runs, each byte once. A thread
- * owns V = 4 neighbouring positions (one 8- or 16-byte shared-memory access a channel) and
- * every G-th channel of the slab, four channels at a time; the backward holds y and dy as two
- * slabs and writes dx over dy.
+ * in runs of a few dozen bytes (v3's strips: 64 bytes every 784 in fp32); a copy with that
+ * access pattern is itself as slow as v3 (NOTES.md), so the pattern, not the arithmetic, holds
+ * the strided shapes back. But the C rows of one image are one contiguous block of C H W
+ * elements (392 KB in fp16 here), and a few SMs can hold it. So the B blocks of a cluster take
+ * one image: block b copies a contiguous slab of channels into its shared memory with up to 16
+ * bulk copies (`cp.async.bulk`, each piece on its own mbarrier) and summarises every position
+ * over its channels as the pieces land; the B blocks merge their per-position summaries through
+ * distributed shared memory (in rank order: every block gets the same bits), write their
+ * outputs in place and send the slab back piece by piece with bulk stores. DRAM sees long
+ * contiguous runs, each byte once. The backward holds y and dy as two slabs, dx over dy.
  * What changed from v7: the unit of work is an image over a cluster, not rows over a block;
- * loads and stores are bulk copies of whole slab pieces, not per-thread accesses.
- * The plan: of the block sizes (one or two blocks an SM) and cluster sizes (up to 8) whose
- * slabs fit, the one that needs the fewest waves of clusters for the N images, as the driver
- * counts resident clusters.
- * Expected: at 64x1000x14x14 in fp16 the 64 images fit the GPU's shared memory at once (two
- * blocks of 196 KB an image), so the forward is one wave: read everything, exchange, write
- * everything, each phase moving contiguous bytes as a copy does. We predicted it near a plain
- * copy of the same bytes, 70-85% of the roof, against v3's 38%. fp32 and the backward need
- * several waves.
- * Limits: strided rows (1 < H W < 256; from 256 positions on v3's strips read long enough runs)
- * of more than 32 channels, whose image splits into at most 8 slabs that fit shared memory,
- * with 16-byte aligned pieces (C H W times the element size a multiple of 16, aligned
- * pointers). The rest runs as in v7. Needs sm_90 (clusters and bulk copies). */
+ * loads and stores are bulk copies of whole slab pieces, not per-thread accesses. The plan:
+ * of the block sizes (one or two an SM) and clusters (up to 8) whose slabs fit, the fewest waves.
+ * Expected: at 64x1000x14x14 in fp16 all 64 images fit on chip at once (two blocks of 196 KB an
+ * image): one wave, each phase moving contiguous bytes as a copy does, 70-85% of the roof
+ * against v3's 38%. fp32 and the backward need several waves.
+ * Limits: strided rows 2 to 255 positions apart (from 256 on v3's strips read long enough runs),
+ * more than 32 channels, at most 8 slabs an image, C H W times the element size a multiple of
+ * 16 and aligned pointers; the rest runs as in v7. Needs sm_90 (clusters and bulk copies).
+ * Measured (H200): 64x1000x14x14 fp16 forward 22.3 us, 53.1% of the roof against v3's 38.4%,
+ * well short of 70-85%; in fp32 it loses, 52.2% against v3's 57.4%. */
 #include <cooperative_groups.h>
 
 #include "image_slabs.cuh"

@@ -1,30 +1,28 @@
 /* v9, images streamed through a resident grid: v8's slabs, every SM in a team, and the next
  * image loading while this one is written.
  *
- * Idea: v8 lost where the images outnumber what the GPU holds at once, for two reasons its
- * timeline showed. A cluster must sit within one GPC, so 4-block clusters of 196 KB leave 12
- * of the H200's 132 SMs idle (30 clusters, not 33): at 64x1000x14x14 in fp32 the 64 images
- * take three waves, the last one nearly alone. And a block reads its slab, merges, writes,
- * and only then does the next wave start reading. Here the B blocks of a team are plain
- * blocks of one cooperative launch (all resident at once, on any SMs), so 132 / B teams fit;
- * they meet through global memory instead of distributed shared memory: each block publishes
- * its per-position summaries, counts itself in with one atomic add, and waits until all B
- * have. And the grid stays resident: team t takes images t, t + teams, ..., and as soon as
- * piece j of this image has been sent back, the block asks for piece j of its next image into
- * the same shared memory, so the next image's reads overlap this one's writes.
- * What changed from v8: teams of blocks in a cooperative launch instead of clusters; the
- * exchange through global memory (two rounds of summaries deep, one arrival counter a team,
- * zeroed by the last block to finish; a team of one block skips it); a loop over images with
- * each piece refilled once sent.
- * Expected: at 64x1000x14x14 in fp32, two rounds of 33 images instead of three waves, each
- * image's reads behind the previous one's writes: 70-80% of the roof against v8's 52% and
- * v3's 57%; the fp16 backward likewise. The fp16 forward fits in one round, as in v8, and
- * pays for the slower exchange.
- * Limits: v8's shapes (strided rows 2 to 255 positions apart, more than 32 channels, C H W a
- * multiple of 16 bytes), images cut into at most 16 slabs, at most 1024 blocks resident; the
- * teams' counters and summaries in the caller's workspace (softmax_workspace_bytes), so two
- * launches at once need one each. The rest runs as in v8. Needs sm_90 (bulk copies) and
- * cooperative launch. */
+ * Idea: v8 lost where the images outnumber what the GPU holds at once, for two reasons. A
+ * cluster must sit within one GPC, so 4-block clusters of 196 KB leave 12 of the H200's 132
+ * SMs idle (30 clusters, not 33): at 64x1000x14x14 in fp32 the 64 images take three waves, the
+ * last one nearly alone. And a block reads its slab, merges, writes, and only then does the
+ * next wave start reading. Here the B blocks of a team are plain blocks of one cooperative
+ * launch (all resident at once, on any SMs), so 132 / B teams fit; they meet through global
+ * memory instead of distributed shared memory: each block publishes its per-position
+ * summaries, counts itself in with one atomic add, and waits until all B have. And the grid
+ * stays resident: team t takes images t, t + teams, ..., and as soon as piece j of this image
+ * has been sent back, the block asks for piece j of its next image into the same shared
+ * memory, so the next image's reads overlap this one's writes.
+ * What changed from v8: teams in a cooperative launch instead of clusters; the exchange through
+ * global memory (summaries two rounds deep, an arrival counter a team that the last block to
+ * finish zeroes; a team of one block skips it); a loop over images, each piece refilled once sent.
+ * Expected: at 64x1000x14x14 in fp32, two rounds of 33 images instead of three waves: 70-80% of
+ * the roof against v8's 52% and v3's 57%; the fp16 forward fits one round, as in v8, and pays
+ * for the slower exchange.
+ * Limits: v8's shapes, at most 16 blocks an image and 1024 resident; the teams' state in the
+ * caller's workspace (softmax_workspace_bytes), so concurrent launches need one each. Else v8.
+ * Needs sm_90 (bulk copies) and cooperative launch.
+ * Measured (H200): 64x1000x14x14 fp32 forward 43.1 us, 55.0%, far below 70-80% and still behind
+ * v3's 41.3 us; fp16 49.1% (v8 53.1%); it wins at 32x2048x14x14, 56.2% fp32 (v8 49.7%). */
 #include "image_slabs.cuh"
 #include "launch.cuh"
 #include "softmax.h"

@@ -1,38 +1,28 @@
 /* v5, a row shared by a thread-block cluster, held in registers: small blocks, many per SM.
  *
  * Idea: v4 gives a long row to one block that sweeps it and, for the gradient, keeps a copy in
- * shared memory: at the large preset (8192 x 50257, a 201 KB fp32 row) that is one
- * 1024-thread block per SM, which stops loading while it merges and while it writes dx. Here a
- * row is split across a cluster of B <= 8 blocks of at most 256 threads (clusters are an
- * sm_90 feature). Each thread loads its share, at most 32 logits, into registers in one burst
- * (every load in flight at once), takes its own maximum m_t, and keeps e = exp(x - m_t) in
- * place of each logit: one exp per logit, with no rescaling and no branch (v4's online update
- * rescales whenever the maximum grows). The threads' (m_t, s_t) pairs merge once: shuffles,
- * one barrier, then one pair per block read by every block of the cluster from the others'
- * shared memory. The gradient is then e * exp(m_t - m - log_sum), written from the registers:
- * dx costs no second read and no exp. An SM holds four or more such blocks, of different rows
- * at different phases, so while one merges the others' loads are in flight.
- * Rows of odd length start at any alignment: each row is split into a head (to the first
- * 16-byte boundary, rank 0's), whole 16-byte packs (spread over the cluster) and a tail
- * (the last rank's). The logit at the label is taken from the register of the thread that
- * loaded it, so the loss needs no extra read either.
- * Rows short enough for one block (C <= 8192 at 256 threads x 32 values) are one block each:
- * at 256 x 1000 a block of 256 threads per row, one 16-byte pack per thread, where v3 gave each
- * row one warp that issued 32 loads a lane one after the other (256 warps for the whole GPU).
- * A cluster per row, up to CE_MAX_BLOCKS clusters (beyond, each walks rows n, n + clusters,
- * ...). The mean takes one partial per cluster (its blocks' loss terms, added in rank order
- * through distributed shared memory); where the whole grid is resident at once, the partials
- * go into one 64-bit atomic that also counts them, so the last cluster to arrive gets the
- * whole sum back (below). There every block has one row, and the row's term is already in one
- * thread, the one that loaded the label's logit: that thread hands it in, with no block sum.
+ * shared memory: at the large preset (8192 x 50257, a 201 KB fp32 row) that is one 1024-thread
+ * block per SM, which stops loading while it merges and while it writes dx. Here a row is split
+ * across a cluster of B <= 8 blocks of at most 256 threads (clusters are an sm_90 feature).
+ * Each thread loads its share, at most 32 logits, into registers in one burst, takes its own
+ * maximum m_t and keeps e = exp(x - m_t) in place of each logit: one exp per logit, no
+ * rescaling, no branch (v4's online update rescales whenever the maximum grows). The threads'
+ * (m_t, s_t) pairs merge once: shuffles, one barrier, then one pair per block read by every
+ * block of the cluster from the others' shared memory. The gradient, e exp(m_t - m - log_sum),
+ * is written from the registers: no second read, no exp. The label's logit comes from the
+ * register of the thread that loaded it. An SM holds three or more such blocks at different
+ * phases, so while one merges the others' loads are in flight.
+ * Rows of up to 8192 logits are one block each: at 256 x 1000 a block per row, one 16-byte
+ * pack a thread, where v3 gave a row one warp issuing 32 loads a lane in turn. A row at any
+ * alignment is a head (rank 0's), whole packs and a tail (the last rank's). The mean takes one
+ * partial per cluster, in one 64-bit atomic where the whole grid is resident (see "The mean").
  * What changed from v4: a row in registers spread over a cluster, instead of in one block's
  * shared memory; one exp per logit; one merge per row; the mean in one atomic.
- * Expected: at the large preset, near the roof in every pass, fp16 included: fwd reads N C
- * elements, bwd and fwd_bwd read and write them, and the SMs never all pause at once. At
- * 256 x 1000 one DRAM round trip on 256 blocks, then the mean: about 3 us, 1.5 to 2 times the
- * cuDNN baseline's two kernels.
- * Limits: clusters need compute capability 9.0 (listed as unsupported below). Rows longer
- * than a cluster holds (8 x 256 x 32 = 65536 logits) go to v4. */
+ * Expected: near the roof in every pass at the large preset, fp16 included; at 256 x 1000 about
+ * 3 us, 1.5 to 2 times the cuDNN baseline. Limits: compute capability 9.0; rows over a
+ * cluster's 8 x 256 x 32 = 65536 logits go to v4.
+ * Measured (H200): 256x1000 near the prediction (forward 3.93 us, 1.40x; fused 1.91x); the large
+ * preset failed: forward 1577 us fp32, 24.7% of the roof, 0.63x (NOTES.md: cluster barriers). */
 #include "cluster.cuh"
 #include "cross_entropy.cuh"
 #include "cross_entropy.h"

@@ -1,55 +1,26 @@
 /* v7, warp tiles and a copy pipeline that bypasses the registers.
  *
- * Idea: two changes to v6, both about waiting.
- *   - Warp tiles. v6 hands each thread an 8 x 8 block of C in a row of threads, so a warp's 32
- *     threads read 32 different 8-float runs of B's tile and 2 of A's. Here each of the 8 warps
- *     owns a 64 x 32 tile of C (64 x 64 in wide tiles, below), and lane (r, c) of a 8 x 4 grid
- *     of lanes computes the 4 x 4 sub-blocks at rows 4r and 32 + 4r, columns 4c, 16 + 4c (and
- *     32 + 4c, 48 + 4c) of it. At each step along K a warp then reads 64 floats of A and 32 (64)
- *     of B from shared memory, as 16-byte loads that are either the same address (a broadcast)
- *     or neighbouring ones: no bank conflicts, 4 loads for 64 FFMAs (6 for 128).
- *   - Copies in flight while the warps multiply. cp.async (compute capability 8.0 on) copies
- *     global memory straight into shared memory: the next tile travels while this one is
- *     multiplied, and no register holds it on the way. B's tile goes 16 bytes a copy; A's tile,
- *     stored transposed so that a step's column of A is one 16-byte load, goes 4 bytes a copy,
- *     each element to its transposed place: the 8 lanes of a row read one 32-byte sector, and
- *     rows of 128 + 4 floats keep the warp's 32 stores on 32 different banks. Out-of-range
- *     elements use the copy's zero-fill form, so the edges need no second path in fp32. One
- *     barrier per tile; the next depth's operands are read from shared memory while this
- *     depth's FFMAs run, across the tile boundary too.
- * Tiles are 128 x 128 of C and 16 deep in K, two stages (33 KB); 256 threads. fp16 tiles are
- * widened on the way, so they still pass through registers (fetched before a tile's
- * arithmetic, stored after it).
- * Registers: 64 accumulators, 2 x 16 operands, addresses; no staging. Held to 128
- * (__launch_bounds__(256, 2)) without spilling in fp32: two blocks, 16 warps an SM, to hide
- * shared-memory latency and the barrier. What a thread moved through registers each tile in v6
- * (global loads, then shared stores) becomes 10 copies that cost no registers and no wait.
- * What changed from v6: the thread-to-output map (warp tiles), a second buffer filled by
- * cp.async, BK 8 -> 16, two blocks an SM; wide tiles where they pay (below).
+ * Idea: two changes to v6, both about waiting. Warp tiles: each of the 8 warps owns a 64 x 32
+ * tile of C (64 x 64 in wide tiles), and lane (r, c) of an 8 x 4 grid of lanes computes the
+ * 4 x 4 blocks at rows 4r and 32 + 4r, columns 4c and 16 + 4c (and 32 + 4c, 48 + 4c) of it: a
+ * step along K reads A and B from shared memory as 16-byte loads that are broadcasts or
+ * neighbours, no bank conflicts, 4 loads for 64 FFMAs (6 for 128). Copies in flight: cp.async
+ * (compute capability 8.0 on) copies the next tile from global straight into shared memory
+ * while this one is multiplied, no register on the way; B 16 bytes a copy, A 4 bytes a copy to
+ * its transposed place (rows of 128 + 4 floats keep a warp's stores on 32 banks), zero-filled
+ * outside the matrix. fp16 tiles are widened on the way, so they still pass through registers.
+ * What changed from v6: the thread-to-output map; two stages filled by cp.async, BK 8 -> 16;
+ * 128 x 128 tiles held to 128 registers, two blocks (16 warps) an SM, and 128 x 256 ones where
+ * they finish first (wide_tiles_pay counts each width's rounds over the SMs); tiles wholly
+ * inside A and B copied with no bounds tests (copy_whole_tiles).
+ * Bottleneck removed: v6's staging of every tile through registers (loads, then shared stores),
+ * and the bounds tests that took some 100 of the 1250 instructions a warp issues a tile.
  * Expected: 90% of cuBLAS SGEMM at 4096 and 8192 in fp32; the best ordinary-core rung.
- * Wide tiles, chosen per problem. The 128 x 128 tiles made 46.2-46.3 TFLOP/s at 4096 (0.90x of
- * cuBLAS) and 46.8 at 8192 (0.91-0.93x). Tiles of 128 x 256 give a warp 64 x 64 of C and a
- * thread 128 accumulators (235 registers, no spills): 6 shared-memory loads for 128 FFMAs, a
- * quarter fewer loads an FFMA, each of A's operands used twice as often, but one block, 8
- * warps, an SM to hide latency with. Expected: a few percent where the GPU is full, a loss
- * where the tiles are too few to fill it. Measured (fp32, TFLOP/s): 48.0 at 4096, 48.4 at
- * 8192, 46.8 at 2048 (against 46.2, 46.8, 44.8), but 11.5 at 1024 (32 blocks on 132 SMs,
- * against 19.9 from 64) and 34.4 at 4097 (against 37.6: the last of five rounds of tiles
- * keeps 33 SMs busy for a whole wide tile, where 33 narrow ones run alone on their SMs, each
- * faster than two together). So the launch counts the rounds each width needs (wide_tiles_pay)
- * and takes the wide tiles only where they finish first. fp16 keeps the narrow ones: with
- * its staging registers (253 in all) the wide tiles lost at every size (26.7 against 32.2 at
- * 4096).
- * Copies without bounds. Every copy tests its element against M, N and K: about ten
- * instructions a copy, over 100 a warp a tile beside its 1024 FFMAs (at 128 x 128), in a
- * kernel whose issue slots are nearly full. A tile that lies wholly inside A and B (in a block
- * inside M and N, every tile but a last, partial one along K) takes a short path with nothing
- * to test (copy_whole_tiles). Expected: a few percent, what those instructions took.
- * Limits: as v1; B's 16-byte copies need N % 4 == 0 and an aligned B (else 4-byte copies);
- * the 4-wide stores of C need the same of C. Below compute capability 8.0 the copies are plain
- * loads and stores.
- * Knobs (-D at build time, for tuning): V7_BM, V7_BN_NARROW, V7_BN_WIDE, V7_BK, V7_WARPS_M,
- * V7_WARPS_N, V7_STAGES, V7_A_REGS, V7_FRAGMENTS; the defaults are the tiles above. */
+ * Limits: as v1; B's 16-byte copies need N % 4 == 0 and an aligned B (else 4-byte copies), the
+ * 4-wide stores of C the same of C; below compute capability 8.0 the copies are plain loads and
+ * stores. fp16 keeps the narrow tiles (wide ones lost at every size). Knobs: the block below.
+ * Measured (H200): fp32 47.95 TFLOP/s at 4096 (0.93x cuBLAS) and 48.39 at 8192 (0.94x), past
+ * the 90% predicted; 19.7 at 1024 (0.57x), whose 64 tiles fill under half of the 132 SMs. */
 #include "async_copy.cuh"
 #include "launch.cuh"
 #include "matmul.cuh"

@@ -1,68 +1,27 @@
 /* v9, mma.sync fed by ldmatrix from a multi-stage cp.async pipeline.
  *
- * Idea: v8 multiplies on the tensor cores but spends much of its time waiting. At each step
- * along K it loads the next tiles from global memory, waits for them, and only then
- * multiplies; and WMMA's fragments are opaque, so how they are read from shared memory is not
- * ours to choose. This rung goes down to the instructions WMMA is built from, and removes
- * both waits:
- *   - mma.sync.m16n8k16 (PTX) adds the product of a 16 x 16 tile of A and a 16 x 8 tile of B
- *     to a 16 x 8 tile of fp32 sums: one HMMA instruction for the whole warp. Its operands
- *     are ordinary registers in a layout the PTX ISA documents: lane l holds 2-element runs
- *     of rows l / 4 and l / 4 + 8, starting at column 2 (l % 4) (and 8 columns on, for A).
- *     Knowing the layout is what lets us feed it efficiently.
- *   - ldmatrix reads four 8 x 8 tiles of 16-bit elements from shared memory in one warp-wide
- *     instruction: each lane gives the address of one 16-byte row and receives exactly the
- *     pairs mma.sync expects. x4 gives a whole A operand; x4.trans, which transposes each 8 x 8
- *     tile on the way, gives B's operands for two n8 tiles straight from B's K x N row-major
- *     tile. No shuffles and no conversions: one instruction for 16 x 16 elements.
- *   - A swizzled shared layout. The 8 lanes that address one ldmatrix tile read 8 rows at the
- *     same column. Stored plainly, B's rows of 512 bytes put those 8 reads on the same 4 banks
- *     (an 8-way conflict) and A's rows of 64 bytes on two sets of 4 (4-way). v8 pads every
- *     row by 16 bytes, which staggers them but costs shared memory (a quarter more for A).
- *     Here chunk c of row r (16 bytes) is stored at position c XOR (3 bits of r that change
- *     from one 128-byte line to the next): the 8 rows of an ldmatrix tile then fall on 8
- *     different 16-byte bank groups, covering all 32 banks, and the cp.async stores, 8
- *     consecutive chunks of one 128-byte line, are only permuted within that line. Both are
- *     conflict-free, and no byte is wasted.
- *   - cp.async copies 16 bytes from global to shared memory without passing through registers
- *     and without stalling the thread. A ring of S stages keeps the loads of tile t + S - 1 in
- *     flight while tile t is multiplied: commit_group closes one tile's copies, and
- *     wait_group S - 2 waits only for the oldest tile. The global latency hides behind S - 1
- *     tiles of arithmetic, and one barrier per tile is enough.
- * Tiles: a block computes 128 x 256 of C with 8 warps (2 down, 4 across); each warp computes
- * 64 x 64 as 4 x 8 mma tiles (128 fp32 sums per thread). K advances by 64 per tile, four k16
- * steps, with 4 stages of A (128 x 64) and B (64 x 256) in shared memory: 4 x 48 KB = 192 KB;
- * the registers (252 a thread) allow one block per SM. Each step's operands are loaded while
- * the previous step is multiplied, including across tiles, so ldmatrix latency hides behind
- * 32 HMMAs.
- * The copies cost the warps that multiply as little issue time as can be: where K and N are
- * multiples of 8 and A and B 16-byte aligned, each thread plans its 12 chunks a tile once (one
- * pointer into each matrix, advanced a tile at a time, and which rows and columns lie inside),
- * and issues them between the rows of HMMAs, where they fill the gaps of one warp's HMMA
- * stream. Issued before the HMMAs, as a burst of index arithmetic, they left the tensor cores
- * idle while all 8 warps did it at once, after each barrier. The ldmatrix addresses are
- * planned once too (fragment_offsets): each is then one add, not the swizzle's arithmetic.
- * Edges: in that case each 16-byte chunk lies wholly inside the matrix or wholly outside it,
- * and the chunks outside are written as zeros without a read. Otherwise a second kernel stages
- * the tile element by element, 0 outside, into the same swizzled layout. C is stored from the
- * accumulators in pairs where N is even and element by element elsewhere; only elements inside
- * C are written.
+ * Idea: go below WMMA to the instructions it is built from. mma.sync.m16n8k16 adds a 16 x 16
+ * tile of A times a 16 x 8 tile of B to 16 x 8 fp32 sums, one HMMA for the warp, its operands
+ * in ordinary registers in a layout the PTX ISA documents. ldmatrix.x4 reads four 8 x 8 tiles
+ * from shared memory in one instruction, each lane naming one 16-byte row and receiving exactly
+ * the pairs mma.sync expects (.trans gives B's operands from its row-major K x N tile). Shared
+ * memory is swizzled, not padded: 16-byte chunk c of row r is stored at c XOR (r mod 8), so an
+ * ldmatrix tile's 8 rows fall on 8 different bank groups and the cp.async stores only change
+ * places within a 128-byte line. A ring of 4 stages keeps tile t + 3 in flight while tile t is
+ * multiplied: one wait and one barrier a tile.
  * What changed from v8: mma.sync and ldmatrix instead of WMMA; a swizzled instead of a padded
- * layout; a 4-stage cp.async ring instead of load, wait, multiply; a 128 x 256 block tile of
- * 64 x 64 warp tiles (v8: 128 x 128 of 64 x 32); and blocks taken in groups of 8 block rows,
- * so that the blocks running at the same time share their tiles of A and B in L2.
- * Expected: per k16 step a warp reads 4 KB of shared memory (4 ldmatrix.x4 for A, 4 for B)
- * for 32 HMMAs, 64 K multiply-adds: one byte per 16 multiply-adds, against one per 10.7 for
- * v8's 64 x 32 warp tiles. Each element of A that a block loads serves 256 multiply-adds and
- * each of B 128 (v8: 128 and 128): 48 KB per tile for 2 M multiply-adds. The copies are issued
- * three tiles ahead, about 3 microseconds of arithmetic at the target rate, more than a DRAM
- * round trip; and 64-deep tiles halve the barriers of 32-deep ones. Prediction: at least 70%
- * of cuBLAS fp16 at 4096 and 8192 on an H200. The rest needs Hopper's wgmma and TMA (v10).
- * Limits: fp16 only; compute capability 8.0 or newer (cp.async, m16n8k16). The fast path needs
- * K % 8 == 0 for A, N % 8 == 0 for B and 16-byte aligned matrices; the paired stores of C need
- * N even. Any M, N and K work, the other cases more slowly.
- * Knobs (-D at build time, for tuning): V9_BM, V9_BN, V9_BK, V9_WARPS_M, V9_WARPS_N,
- * V9_STAGES, V9_GROUP_M, V9_MIN_BLOCKS; the defaults are the tiles above. */
+ * layout; the cp.async ring instead of load, wait, multiply; 128 x 256 block tiles of 64 x 64
+ * warp tiles, 64 deep (192 KB, 252 registers: one block an SM); blocks taken in groups of 8
+ * block rows, to share A and B in L2. Copies and ldmatrix addresses are planned once a thread
+ * (copy_plan, fragment_offsets), and the copies issue between the rows of HMMAs, not in a burst.
+ * Bottleneck removed: v8's wait for each tile's loads, and WMMA's opaque fragments.
+ * Expected: a warp reads 4 KB of shared memory for 32 HMMAs (a byte per 16 multiply-adds, v8 one
+ * per 10.7), and copies three tiles ahead hide DRAM: at least 70% of cuBLAS fp16 at 4096, 8192.
+ * Limits: fp16 only; compute capability 8.0 on. The fast kernel needs K % 8 == 0, N % 8 == 0 and
+ * 16-byte aligned A and B, else a second kernel stages element by element (matmul_mma_sync_any:
+ * any shape, slowly); C is stored in pairs where N is even. Knobs: the block below.
+ * Measured (H200): 449 TFLOP/s at 4096 (0.59x cuBLAS) and 458 at 8192 (0.63x), short of the 70%
+ * predicted; cuBLAS's own mma.sync kernel (vendor_mma_sync) makes 0.63x and 0.56x. */
 #include "async_copy.cuh"
 #include "launch.cuh"
 #include "matmul.cuh"

@@ -1,40 +1,28 @@
 /* v3, vector gather: several inputs a thread and 16-byte stores of dx; overlapping windows
  * gather too, without atomics.
  *
- * Idea, 2x2 windows, stride 2, no padding (the common case): the windows tile x, so a thread
- * can own a few outputs and write every input under them: OUTS outputs whose inputs fill 16
- * bytes of each of their two rows (2 in fp32, 4 in fp16), so one 8-byte load of dy, 4 or 8
- * bits of argmax fields, and two 16-byte stores, each dy in its field's position and 0
- * elsewhere. Each dx is still written once, by the one thread whose windows hold it: a gather,
- * turned around so that the index arithmetic (one 32-bit division) is paid once for 8 or 16
- * inputs. 16 bytes a row and no more: with 32 (two stores a row), each store instruction of a
- * warp would write every other 16 bytes, half of each 32-byte sector, and the L2 merges such
- * partial writes slowly: measured, about 4 times slower at the seed shape (README). It needs
- * H even (else the last row of each plane lies in no window and nobody would write it), and
- * what v2's forward path needs.
- * Idea, other disjoint windows (S >= KH and S >= KW): each thread owns 16 bytes of a row of dx, 4
- * neighbouring inputs in fp32 or 8 in fp16. They share their row h, so the window row
- * i = (h + P) / S and the position r inside it are found once; along the row, window column j
- * and position q advance by counting (q + 1, and j + 1 when q reaches S), with no division. The
- * thread reads the argmax of each window it meets once and dy only where the argmax points at
- * one of its inputs, then writes its 16 bytes with one store.
+ * Idea, 2x2 windows, stride 2, no padding: the windows tile x, so a thread owns OUTS outputs
+ * whose inputs fill 16 bytes of each of their two rows (2 in fp32, 4 in fp16) and writes every
+ * input under them: one 8-byte load of dy, 4 or 8 bits of argmax fields, two 16-byte stores,
+ * each dy in its field's position and 0 elsewhere. Each dx is still written once, and the index
+ * arithmetic (one 32-bit division) is paid once for 8 or 16 inputs. 16 bytes a row and no more:
+ * with 32, a warp's store would write every other 16 bytes, half of each 32-byte sector.
+ * Idea, other disjoint windows: a thread owns 16 bytes of a row of dx, finds the window row once
+ * and advances along the row by counting, with no division; it reads each window's argmax once,
+ * dy only where the argmax points at one of its inputs, and writes its 16 bytes in one store.
  * Idea, overlapping windows: a gather too. Input (h, w) lies in windows i = ceil((h + P - KH +
- * 1) / S) .. (h + P) / S (within 0 .. OH - 1), and likewise j: at most ceil(KH / S) ceil(KW / S)
- * of them, 4 for the 3x3 stride-2 stem. A thread owns 16 bytes of a row of dx again: the window
- * rows are found once for all its inputs, and the window columns advance by counting. Each
- * input adds the dy of the windows whose argmax names it in fp32, in a fixed order, and dx is
- * written once, rounded once.
+ * 1) / S) .. (h + P) / S, and likewise j (4 of them for the 3x3 stride-2 stem); each input adds,
+ * in fp32 and a fixed order, the dy of the windows whose argmax names it; dx is written once.
  * What changed from v2: 16-byte stores, and index arithmetic once for many inputs instead of
- * four divisions for each (v2's gather is held back by its instructions, not its bytes); the
- * atomic scatter (a memset, then read-modify-writes in the L2) is gone from the overlapping
- * path. The forward is v2's.
- * Expected: the same bytes as v2 on disjoint windows (dy and the argmax read, dx written once)
- * in a fraction of the instructions: at the roof. On overlapping windows, dx is written once instead of twice, the
- * result is the same bits on every run, and fp16 sums take one rounding instead of one per
- * atomic.
- * Limits: the overlapping path reads each window's argmax and dy once for every input of its
- * window, 9 times at 3x3 (L1 hits: the reads of a warp fall in a few rows), and its inner loops
- * are short and data-dependent. */
+ * four divisions for each (v2's gather is bound by its instructions); the overlapping path's
+ * atomic scatter (a memset, then read-modify-writes in the L2) is gone. The forward is v2's.
+ * Expected: on disjoint windows v2's bytes in a fraction of its instructions, at the roof; on
+ * overlapping ones dx written once, not twice, the same bits every run, one fp16 rounding.
+ * Limits: 2x2 needs H even (else a plane's last row lies in no window) and v2's forward terms.
+ * The overlapping path reads a window's argmax and dy once for every input of it (9 at 3x3), in
+ * short loops with data-dependent bounds.
+ * Measured (H200): 2x2 backward at the seed 19.8 us fp32 (3.57x cuDNN, 3.9x v2) but 50.7% of the
+ * roof, not at it; overlap 337 us fp32, slower than v1's atomics (113): instruction-bound. */
 #include "maxpool.cuh"
 
 #define THREADS 256
