@@ -75,7 +75,7 @@ PROGRAMS := $(CHAPTERS:%=$(BUILD)/bin/%)
 CEILING := $(BUILD)/bin/05-mma-sync-ceiling
 COPY_CEILING := $(BUILD)/bin/03-copy-ceiling
 
-.PHONY: all help toolkit deps deps-test deps-plots test run bench plots report sanitize clean \
+.PHONY: all help toolkit deps deps-test deps-plots test run bench plots report sanitize profile clean \
         $(foreach c,$(CHAPTERS),chapter-$(call chapter_number,$(c)))
 
 all: toolkit $(LIBS) $(PROGRAMS) $(CEILING) $(COPY_CEILING) $(BUILD)/bin/tests
@@ -89,6 +89,7 @@ help:
 	@echo "make plots         plots/*.svg from the CSVs (gnuplot)"
 	@echo "make report        BENCHMARKS.md and the chapter tables from the CSVs"
 	@echo "make sanitize      every rung under compute-sanitizer memcheck and racecheck"
+	@echo "make profile CH=05 VARIANT=v9 [PRESET=large] [DTYPE=fp16]   Nsight Compute on one rung"
 	@echo "make deps          install the Debian packages the tests and plots need"
 	@echo "CUDA_ARCHS='90' make ...   build for chosen GPUs only (default: $(CUDA_ARCHS))"
 
@@ -217,6 +218,11 @@ sanitize: toolkit $(PROGRAMS) $(CEILING) $(COPY_CEILING)
 	  echo "== $$tool $(COPY_CEILING) --shape 3x7x5x7"; \
 	  compute-sanitizer --tool $$tool --error-exitcode 1 $(COPY_CEILING) --shape 3x7x5x7; \
 	done
+
+# make profile CH=05 VARIANT=v9 [PRESET=large] [DTYPE=fp16]: Nsight Compute on one rung at one
+# configuration (bench/profile says what it collects); builds that chapter only.
+profile: toolkit $(if $(call chapter_named,$(CH)),$(BUILD)/bin/$(call chapter_named,$(CH)))
+	@bench/profile "$(CH)" "$(VARIANT)" "$(PRESET)" "$(DTYPE)"
 
 clean:
 	rm -rf $(BUILD) run

@@ -2,8 +2,10 @@
  * without a GPU. Tests that need the GPU to be absent skip where one is present. */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "bias_grad.h"
 #include "check.h"
@@ -144,5 +146,40 @@ Test(program, list_prints_every_rung_and_one_preset_a_line, .init = redirect_out
         cr_expect_eq(rungs, ch->n_rungs, "%s: a line a rung: %s", ch->id, out);
         cr_expect_eq(presets, ch->n_presets, "%s: a line a preset: %s", ch->id, out);
         cr_expect(longest <= 100, "%s: a line of %d columns in: %s", ch->id, longest, out);
+    }
+}
+
+/* `make profile`'s script refuses bad requests in one line, before it looks for ncu or a GPU.
+ * Returns the exit status of `bench/profile args`, its stderr in err (stdout must be empty). */
+static int profile_refusal(const char *args, char *err, size_t len)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "bench/profile %s 2>&1 >/dev/null", args);
+    FILE *f = popen(cmd, "r");
+    cr_assert(f != NULL, "could not run %s", cmd);
+    const size_t n = fread(err, 1, len - 1, f);
+    err[n] = '\0';
+    const int status = pclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(profile, refuses_bad_requests_in_one_line)
+{
+    static const struct {
+        const char *args, *says;
+    } bad[] = {
+        {"", "needs CH and VARIANT"},
+        {"'' v1", "needs CH and VARIANT"},
+        {"99 v1", "names no built chapter"},
+        {"01 v1 seed fp64", "DTYPE 'fp64'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[1024];
+        cr_expect_eq(profile_refusal(bad[i].args, err, sizeof err), 2, "bench/profile %s: %s",
+                     bad[i].args, err);
+        cr_expect_eq(count_lines(err), 1, "bench/profile %s: one line, not: %s", bad[i].args,
+                     err);
+        cr_expect(strstr(err, bad[i].says) != NULL, "bench/profile %s said: %s", bad[i].args,
+                  err);
     }
 }
