@@ -8,12 +8,13 @@ CC ?= gcc
 # Build with every core; a -j on the command line still wins.
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 
-# `make test` where no GPU is present runs no GPU code, so one architecture will do; it says so.
-ifneq ($(filter test,$(MAKECMDGOALS)),)
+# `make test` (or test-asan) where no GPU is present runs no GPU code, so one architecture will
+# do; it says so.
+ifneq ($(filter test test-asan,$(MAKECMDGOALS)),)
 ifeq ($(origin CUDA_ARCHS),file)
 ifeq ($(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU'),0)
 CUDA_ARCHS := $(lastword $(CUDA_ARCHS))
-$(info make test: no GPU found, so building for sm_$(CUDA_ARCHS) only (set CUDA_ARCHS to choose))
+$(info make $(firstword $(filter test test-asan,$(MAKECMDGOALS))): no GPU found, so building for sm_$(CUDA_ARCHS) only (set CUDA_ARCHS to choose))
 endif
 endif
 endif
@@ -35,6 +36,16 @@ CFLAGS := -std=c11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -I$(CUDA_HOME)/include
 NVCCFLAGS = -std=c++20 -O3 -lineinfo $(GENCODE) -Xcompiler -Wall,-Wextra -Icommon
 LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64
 LDLIBS := -lcudnn -lcublasLt -lcublas -lm
+
+# `make test-asan` builds again into $(BUILD)/asan with KL_ASAN=1: the C sources (common/, the
+# references, the tests) under AddressSanitizer and UndefinedBehaviorSanitizer, and the link with
+# the same flags, passed by nvcc to the host compiler; the nvcc-built objects stay as they are.
+HOST_SANITIZERS := -fsanitize=address -fsanitize=undefined -fno-omit-frame-pointer \
+                   -fno-sanitize-recover=undefined
+ifeq ($(KL_ASAN),1)
+CFLAGS += $(HOST_SANITIZERS)
+LDFLAGS += $(addprefix -Xcompiler ,$(HOST_SANITIZERS))
+endif
 
 # The programs are relinked when the list of architectures changes, not only when an object
 # does: their objects then come from another folder, whose files may be older.
@@ -75,7 +86,7 @@ PROGRAMS := $(CHAPTERS:%=$(BUILD)/bin/%)
 CEILING := $(BUILD)/bin/05-mma-sync-ceiling
 COPY_CEILING := $(BUILD)/bin/03-copy-ceiling
 
-.PHONY: all help toolkit deps deps-test deps-plots test run bench plots report sanitize profile clean \
+.PHONY: all help toolkit deps deps-test deps-plots test test-asan test-asan-run run bench plots report sanitize profile clean \
         $(foreach c,$(CHAPTERS),chapter-$(call chapter_number,$(c)))
 
 all: toolkit $(LIBS) $(PROGRAMS) $(CEILING) $(COPY_CEILING) $(BUILD)/bin/tests
@@ -84,6 +95,7 @@ help:
 	@echo "make               build every chapter and the tests"
 	@echo "make chapter-NN    build chapter NN; ./run then runs it"
 	@echo "make test          run every test (GPU tests skip without a GPU, which builds one arch)"
+	@echo "make test-asan     the tests again, host C code under AddressSanitizer and UBSan (build/asan)"
 	@echo "make run           every chapter's ladder at its default size"
 	@echo "make bench         every chapter's size sweep into bench/results/<gpu>/"
 	@echo "make plots         plots/*.svg from the CSVs (gnuplot)"
@@ -180,9 +192,29 @@ chapter-%:
 	@echo "no chapter $* (have: $(CHAPTERS))"; exit 2
 
 test: deps-test toolkit $(PROGRAMS) $(BUILD)/bin/tests $(CEILING) $(COPY_CEILING)
-	tests/first_commands CUDA_ARCHS="$(CUDA_ARCHS)"
+	tests/first_commands CUDA_ARCHS="$(CUDA_ARCHS)" BUILD="$(BUILD)"
 	python3 bench/report.py --check
-	$(BUILD)/bin/tests --jobs $(shell nproc 2>/dev/null || echo 1)
+	KL_BIN=$(BUILD)/bin $(BUILD)/bin/tests --jobs $(shell nproc 2>/dev/null || echo 1)
+
+# The test program and the two programs it runs, host code sanitized, in a folder of their own.
+# AddressSanitizer's reports (LeakSanitizer's too), in the test program or a program it starts,
+# go to files under $(BUILD)/asan/reports, and any such file fails the target: a leak found as a
+# Criterion worker exits does not fail its test. UBSan stops the process at its first report.
+# The CUDA runtime maps memory where AddressSanitizer keeps its shadow gap (protect_shadow_gap=0);
+# leaks are reported, but for those tests/lsan.supp names (the CUDA libraries' own).
+test-asan: deps-test toolkit
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan CUDA_ARCHS="$(CUDA_ARCHS)" KL_ASAN=1 test-asan-run
+
+ASAN_REPORTS = $(BUILD)/reports
+test-asan-run: $(BUILD)/bin/tests $(CEILING) $(COPY_CEILING)
+	@rm -rf $(ASAN_REPORTS) && mkdir -p $(ASAN_REPORTS)
+	ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:log_path=$(ASAN_REPORTS)/asan \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	KL_BIN=$(BUILD)/bin $(BUILD)/bin/tests --jobs $(shell nproc 2>/dev/null || echo 1); \
+	status=$$?; if [ -n "$$(ls -A $(ASAN_REPORTS))" ]; then \
+	  echo "test-asan: sanitizer reports in $(ASAN_REPORTS):"; cat $(ASAN_REPORTS)/*; exit 1; fi; \
+	[ $$status != 0 ] || echo "test-asan: no sanitizer report"; exit $$status
 
 run: toolkit $(PROGRAMS)
 	@status=0; for p in $(PROGRAMS); do $$p || status=$$?; echo; done; exit $$status

@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -77,12 +78,15 @@ static inline int count_lines(const char *text)
     return n;
 }
 
-/* Runs one of the build's programs, `build/bin/NAME ARGS`, stderr with stdout: its exit status
- * (-1 if it did not exit), and what it printed, cut to `size` - 1 bytes. */
+/* Runs one of the build's programs, `$KL_BIN/NAME ARGS` (`make test` sets KL_BIN to its
+ * $(BUILD)/bin; build/bin without it), stderr with stdout: its exit status (-1 if it did not
+ * exit), and what it printed, cut to `size` - 1 bytes. */
 static inline int run_program(const char *name, const char *args, char *said, size_t size)
 {
-    char command[512];
-    snprintf(command, sizeof command, "build/bin/%s %s 2>&1", name, args ? args : "");
+    const char *bin = getenv("KL_BIN");
+    char command[1024];
+    snprintf(command, sizeof command, "%s/%s %s 2>&1", bin && *bin ? bin : "build/bin", name,
+             args ? args : "");
     FILE *out = popen(command, "r");
     cr_assert(out, "cannot start %s", command);
     const size_t len = fread(said, 1, size - 1, out);
