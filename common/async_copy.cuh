@@ -30,6 +30,21 @@ __device__ __forceinline__ void kl_copy16_async(uint4 *to, const uint4 *from)
 #endif
 }
 
+/* 4 bytes from global to shared memory through L1 (`.ca`), for copies narrower than 16 bytes
+ * (a gather, a matrix whose rows are no multiple of 16 bytes); `in` false writes 0 and reads
+ * nothing (src_bytes 0), so a tile's edges are zero-filled in the same instruction. */
+__device__ __forceinline__ void kl_copy4_async(float *to, const float *from, bool in)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(to)),
+                 "l"(from), "r"(in ? 4 : 0)
+                 : "memory");
+#else
+    *to = in ? *from : 0.f;
+#endif
+}
+
 /* Closes this thread's copies issued since the last commit into one group (possibly empty). */
 __device__ __forceinline__ void kl_copies_commit()
 {

@@ -91,19 +91,8 @@ template <int BN> struct width {
 };
 
 /* ---- Copies into shared memory that bypass the registers; src_bytes 0 writes zeros. Below
- * compute capability 8.0 they are an ordinary load and store. ---- */
-__device__ __forceinline__ void copy4_async(float *dst, const float *src, bool in)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
-                     (unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(in ? 4 : 0)
-                 : "memory");
-#else
-    *dst = in ? *src : 0.f;
-#endif
-}
-
+ * compute capability 8.0 they are an ordinary load and store (the 4-byte one is
+ * kl_copy4_async, async_copy.cuh). ---- */
 __device__ __forceinline__ void copy16_async(float *dst, const float *src, bool in)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -182,7 +171,7 @@ __device__ __forceinline__ void copy_tiles(const tile_runs<T> &r, float *stage, 
             const bool col_in = p0 + r.a_col + 8 * j < r.k;
 #pragma unroll
             for (int i = 0; i < A_ROWS; i++)
-                copy4_async(stage + r.a_dst + 8 * j * A_LD + i * A_STEP,
+                kl_copy4_async(stage + r.a_dst + 8 * j * A_LD + i * A_STEP,
                             r.a + i * r.a_step + p0 + 8 * j, col_in && (r.a_rows_in >> i & 1));
         }
     }
@@ -198,7 +187,7 @@ __device__ __forceinline__ void copy_tiles(const tile_runs<T> &r, float *stage, 
             } else {
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    copy4_async(dst + e, src + e, e < in);
+                    kl_copy4_async(dst + e, src + e, e < in);
             }
         }
     }
@@ -218,7 +207,7 @@ __device__ __forceinline__ void copy_whole_tiles(const tile_runs<T> &r, float *s
     for (int j = 0; j < A_COLS; j++)
 #pragma unroll
         for (int i = 0; i < A_ROWS; i++)
-            copy4_async(stage + r.a_dst + 8 * j * A_LD + i * A_STEP, a + i * r.a_step + 8 * j,
+            kl_copy4_async(stage + r.a_dst + 8 * j * A_LD + i * A_STEP, a + i * r.a_step + 8 * j,
                         true);
     const float *b = r.b + (int64_t)p0 * r.n;
 #pragma unroll

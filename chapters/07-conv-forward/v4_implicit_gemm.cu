@@ -62,19 +62,6 @@ struct gemm_shape {
     bool vec_y;   /* P Q % 4 == 0 and y 16-byte aligned: runs of 4 pixels stored at once */
 };
 
-/* 4 bytes from global to shared memory; `in` false writes 0 and reads nothing. */
-static __device__ __forceinline__ void copy4_async(float *dst, const float *src, bool in)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
-                     (unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(in ? 4 : 0)
-                 : "memory");
-#else
-    *dst = in ? *src : 0.f;
-#endif
-}
-
 /* col[tap, pixel] into shared memory: conv_gather's test, the padding by the copy's zero fill
  * (from x itself, an address inside it, where nothing is read). The index is unsigned: in the
  * padding base + offset may lie outside int, and is then never used. */
@@ -84,7 +71,7 @@ static __device__ __forceinline__ void gather_async(float *dst, const float *__r
 {
     const int h = px.top + t.r, w = px.left + t.s;
     const bool inside = (unsigned)h < (unsigned)d.h && (unsigned)w < (unsigned)d.w;
-    copy4_async(dst, x + (inside ? (unsigned)px.base + (unsigned)t.offset : 0u), inside);
+    kl_copy4_async(dst, x + (inside ? (unsigned)px.base + (unsigned)t.offset : 0u), inside);
 }
 
 /* Row i of col as the stage's table holds it. Rows past C R S, the sum's tail, take a filter
@@ -165,7 +152,7 @@ __device__ __forceinline__ void copy_stage(const thread_copies<G> &c, const floa
 #pragma unroll
         for (int i = 0; i < G::A_ROWS; i++) {
             const bool in = tap_in && (c.rows_in >> i & 1);
-            copy4_async(stage + c.a_dst + A_LANES * j * G::A_LD + i * G::A_STEP,
+            kl_copy4_async(stage + c.a_dst + A_LANES * j * G::A_LD + i * G::A_STEP,
                         w + (in ? w_index(c, g, i, k0 + A_LANES * j) : 0u), in);
         }
     }
