@@ -1,4 +1,4 @@
-/* The library boundary of chapters 01 to 07: each api.h's entry points against the chapter's
+/* The library boundary of chapters 01 to 08: each api.h's entry points against the chapter's
  * CPU reference, in fp32 and fp16.
  *
  * First through each chapter's "api" rung (ladder_check), at shapes that take every branch of
@@ -24,9 +24,11 @@
 #include "05-matmul/api.h"
 #include "06-maxpool/api.h"
 #include "07-conv-forward/api.h"
+#include "08-conv-backward-input/api.h"
 #include "bias_grad.h"
 #include "check.h"
 #include "conv.h"
+#include "dgrad.h"
 #include "gpu.h"
 #include "matmul.h"
 #include "maxpool.h"
@@ -238,6 +240,31 @@ Test(api_gpu, conv2d_forward_takes_every_branch, NEEDS_GPU)
                           COUNT(conv2d_forward_cases));
 }
 
+/* Convolution input gradient (api.cu's rule): C <= 16 up to 2^25 FLOPs (2 N K P Q C R S) v7;
+ * else stride 1 with a square filter and padding at most R - 1 v5 (chapter 07's forward on
+ * the flipped filter); else, at stride 1, below 2^20 FLOPs v1; else v6 (the stride phases)
+ * up to stride 255, v4 past it. The FLOPs of each: 1x1x1x1-1k1 2; 2x3x9x7-5k3s1p1 34,020;
+ * 3x5x17x13-7k5s2p2 330,750; 4x16x14x14-32k3s1p1 7,225,344; 32x16x14x14-32k3s2p1
+ * 14,450,688; 32x16x14x14-32k3s1p1 57,802,752 (past 2^25: v5); 8x32x32x32-64k3s1p1
+ * 301,989,888; 2x17x32x32-16k3s1p1 10,027,008 (C = 17: v5); 1x17x5x5-2k1s1p1 3,332 (padding
+ * past a 1x1 filter, below 2^20: v1); 4x32x20x20-32k1s1p1 3,964,928 (the same past 2^20:
+ * v6); 2x64x27x27-32k3s2p1 14,450,688 and 4x24x15x15-32k3s3p1 1,382,400 (strides 2 and 3);
+ * 1x17x300x300-2k1s256p0 272 (stride 256: v4). */
+static const struct api_case dgrad_cases[] = {
+    {0, "1x1x1x1-1k1", "v7", "v7"},           {0, "2x3x9x7-5k3s1p1", "v7", "v7"},
+    {0, "3x5x17x13-7k5s2p2", "v7", "v7"},     {0, "4x16x14x14-32k3s1p1", "v7", "v7"},
+    {0, "32x16x14x14-32k3s2p1", "v7", "v7"},  {0, "32x16x14x14-32k3s1p1", "v5", "v5"},
+    {0, "8x32x32x32-64k3s1p1", "v5", "v5"},   {0, "2x17x32x32-16k3s1p1", "v5", "v5"},
+    {0, "1x17x5x5-2k1s1p1", "v1", "v1"},      {0, "4x32x20x20-32k1s1p1", "v6", "v6"},
+    {0, "2x64x27x27-32k3s2p1", "v6", "v6"},   {0, "4x24x15x15-32k3s3p1", "v6", "v6"},
+    {0, "1x17x300x300-2k1s256p0", "v4", "v4"},
+};
+
+Test(api_gpu, conv2d_backward_input_takes_every_branch, NEEDS_GPU)
+{
+    expect_cases_verified(&dgrad_chapter, dgrad_cases, COUNT(dgrad_cases));
+}
+
 /* Max pooling backward: 3x3 windows at stride 1 or 2 v4, but v1 in fp32 at stride 2; other
  * windows v1 where H or W is odd, and in fp32 from 2^20 to 2^22 elements of x (both ends;
  * 786432 and 4456448 lie outside), else v3. */
@@ -283,6 +310,7 @@ struct call {
             struct conv2d_dims d;
             enum conv2d_activation act;
         } conv;
+        struct conv2d_dims dgrad; /* the forward's dims, as conv2d_backward_input takes them */
     } d;
     size_t workspace_bytes; /* 0 where the entry point takes none */
     size_t reduction_len;   /* terms summed into one output element, for the tolerance */
@@ -786,13 +814,10 @@ static void conv2d_forward_fn(const struct call *c, void *workspace, cudaStream_
                    c->d.conv.act, c->t, workspace, s);
 }
 
-/* The convolution of an NxCxHxW-KkRsSpP shape, with or without a bias, then act. */
-static void conv2d_call(struct call *c, enum dtype t, const char *shape,
-                        enum conv2d_activation act, bool with_bias, const char *rung,
-                        struct rng *r)
+/* The dims of call c's NxCxHxW-KkRsSpP shape (filter 1, stride 1, padding 0 where it does
+ * not say). */
+static struct conv2d_dims conv_dims_of_text(const struct call *c, const char *shape)
 {
-    call_init(c, t, rung, "conv2d_forward %s %s%s%s", dtype_name(t), shape,
-              with_bias ? "" : ", no bias", act == CONV2D_RELU ? ", ReLU" : "");
     struct shape sh;
     char why[256];
     cr_assert_eq(shape_parse(shape, &sh, why, sizeof why), 0, "%s: %s", c->what, why);
@@ -802,6 +827,17 @@ static void conv2d_call(struct call *c, enum dtype t, const char *shape,
                                 shape_param(&sh, 's', 1), shape_param(&sh, 'p', 0), &d, why,
                                 sizeof why),
                  0, "%s: %s", c->what, why);
+    return d;
+}
+
+/* The convolution of an NxCxHxW-KkRsSpP shape, with or without a bias, then act. */
+static void conv2d_call(struct call *c, enum dtype t, const char *shape,
+                        enum conv2d_activation act, bool with_bias, const char *rung,
+                        struct rng *r)
+{
+    call_init(c, t, rung, "conv2d_forward %s %s%s%s", dtype_name(t), shape,
+              with_bias ? "" : ", no bias", act == CONV2D_RELU ? ", ReLU" : "");
+    const struct conv2d_dims d = conv_dims_of_text(c, shape);
     c->d.conv.d = d;
     c->d.conv.act = act;
     c->launch = conv2d_forward_fn;
@@ -834,6 +870,52 @@ Test(api_gpu, conv2d_forward_called_directly, NEEDS_GPU)
     expect_verified_in_one_graph(graph, 4);
     conv2d_call(&streams[0], DT_FP16, "8x32x32x32-64k3s1p1", CONV2D_RELU, true, "v5", &r);
     conv2d_call(&streams[1], DT_FP32, "2x40x12x10-130k3s1p1", CONV2D_LINEAR, false, "v6", &r);
+    expect_verified_on_two_streams(&streams[0], &streams[1]);
+    for (int i = 0; i < 4; i++)
+        call_free(&graph[i]);
+    for (int i = 0; i < 2; i++)
+        call_free(&streams[i]);
+}
+
+static void conv2d_backward_input_fn(const struct call *c, void *workspace, cudaStream_t s)
+{
+    conv2d_backward_input(c->in[0], c->in[1], c->out[0], c->d.dgrad, c->t, workspace, s);
+}
+
+/* The input gradient of an NxCxHxW-KkRsSpP convolution: random dy and w, dx checked. */
+static void conv2d_backward_input_call(struct call *c, enum dtype t, const char *shape,
+                                       const char *rung, struct rng *r)
+{
+    call_init(c, t, rung, "conv2d_backward_input %s %s", dtype_name(t), shape);
+    const struct conv2d_dims d = conv_dims_of_text(c, shape);
+    c->d.dgrad = d;
+    c->launch = conv2d_backward_input_fn;
+    c->workspace_bytes = conv2d_backward_input_workspace_bytes(d, t);
+    /* An element of dx sums at most K ceil(R / stride)^2 products. */
+    const int64_t taps = (d.r + d.stride - 1) / d.stride;
+    c->reduction_len = (size_t)(d.k * taps * taps);
+    const size_t ny = (size_t)(d.n * d.k * d.p * d.q), nw = (size_t)(d.k * d.c * d.r * d.s);
+    const size_t es = dtype_size(t);
+    void *dy = random_host(t, ny, r, -1, 1), *w = random_host(t, nw, r, -1, 1);
+    add_input(c, dy, ny * es);
+    add_input(c, w, nw * es);
+    dgrad_reference(dy, w, t, d, 1, add_output(c, t, (size_t)(d.n * d.c * d.h * d.w)));
+}
+
+/* The rule's main branches, both dtypes, strides 1 to 3: in one graph sharing a workspace,
+ * v5's flipped filter and chapter 07's workspace between v6's and v7's launches; then v5 and
+ * v6 at once on two streams, a workspace each. */
+Test(api_gpu, conv2d_backward_input_called_directly, NEEDS_GPU)
+{
+    struct rng r = rng_seeded(17);
+    struct call graph[4], streams[2];
+    conv2d_backward_input_call(&graph[0], DT_FP32, "8x32x32x32-64k3s1p1", "v5", &r);
+    conv2d_backward_input_call(&graph[1], DT_FP16, "2x64x27x27-32k3s2p1", "v6", &r);
+    conv2d_backward_input_call(&graph[2], DT_FP32, "3x5x17x13-7k5s2p2", "v7", &r);
+    conv2d_backward_input_call(&graph[3], DT_FP16, "4x32x20x20-32k1s1p1", "v6", &r);
+    expect_verified_in_one_graph(graph, 4);
+    conv2d_backward_input_call(&streams[0], DT_FP16, "32x16x14x14-32k3s1p1", "v5", &r);
+    conv2d_backward_input_call(&streams[1], DT_FP32, "4x24x15x15-32k3s3p1", "v6", &r);
     expect_verified_on_two_streams(&streams[0], &streams[1]);
     for (int i = 0; i < 4; i++)
         call_free(&graph[i]);
