@@ -183,3 +183,31 @@ Test(relu_program, too_large_for_memory_exits_3, .init = redirect_output)
     fflush(stderr);
     cr_expect_stderr_neq_str("", "a message must say what ran out");
 }
+
+/* ReLU's rungs index in 64 bits (size_t), so its only bound is the shape parser's: 2^48
+ * elements, which keeps every count and byte count exact. 2^48 elements are taken (checked
+ * here, never allocated); 2^48 + 1 = 65537 x 4294901761 are refused before anything else:
+ * exit 2, nothing on stdout, one line on stderr saying why. */
+Test(relu_shape, refuses_just_past_the_index_limit, .init = redirect_output)
+{
+    struct shape s;
+    char why[256] = "";
+    cr_expect(shape_parse("65536x4294967296", &s, why, sizeof why) == 0 &&
+                  relu_chapter.check_shape(&s, why, sizeof why) == 0,
+              "2^48 elements refused: %s", why);
+    why[0] = '\0';
+    cr_expect(shape_parse("65537x4294901761", &s, why, sizeof why) != 0 ||
+                  relu_chapter.check_shape(&s, why, sizeof why) != 0,
+              "2^48 + 1 elements taken");
+    cr_expect(strstr(why, "more than 2^48 elements") != NULL, "the reason was: %s", why);
+
+    const char *argv[] = {"01-relu", "--shape", "65537x4294901761"};
+    cr_expect_eq(ladder_main(&relu_chapter, 3, (char **)argv), KL_EXIT_USAGE,
+                 "--shape 65537x4294901761 must be refused");
+    char out[4096], err[4096];
+    read_redirected(cr_get_redirected_stdout(), out, sizeof out);
+    read_redirected(cr_get_redirected_stderr(), err, sizeof err);
+    cr_expect_str_eq(out, "", "nothing but the one line: stdout had %s", out);
+    cr_expect_eq(count_lines(err), 1, "one line: %s", err);
+    cr_expect(strstr(err, "more than 2^48 elements") != NULL, "the line was: %s", err);
+}

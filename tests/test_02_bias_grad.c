@@ -176,6 +176,24 @@ Test(bias_grad_exercise, checker_passes_a_correct_kernel, NEEDS_GPU)
     expect_checker_passes(&bias_grad_chapter, 0, bwd_v3);
 }
 
+/* v4's and v6's grids have a block for each chunk of BIAS_GRAD_MIN_CHUNK (4096) elements of
+ * every row: N C chunks must stay below 2^31, checked before anything is allocated. */
+Test(bias_grad_program, refuses_just_past_the_grid_limit, .init = redirect_output)
+{
+    struct shape s;
+    char why[256] = "";
+    cr_assert_eq(shape_parse("1x2147483647x1x1", &s, why, sizeof why), 0);
+    cr_expect_eq(bias_grad_chapter.check_shape(&s, why, sizeof why), 0, "refused: %s", why);
+    cr_assert_eq(shape_parse("1x2147483648x1x1", &s, why, sizeof why), 0);
+    cr_expect_neq(bias_grad_chapter.check_shape(&s, why, sizeof why), 0);
+    cr_expect(strstr(why, "below 2^31") != NULL, "the reason was: %s", why);
+    /* 2^30 rows of 2 chunks each (4097 elements): one chunk past the grid. */
+    cr_assert_eq(shape_parse("1073741824x1x1x4097", &s, why, sizeof why), 0);
+    cr_expect_neq(bias_grad_chapter.check_shape(&s, why, sizeof why), 0);
+    const char *argv[] = {"02-bias-grad", "--shape", "1x2147483648x1x1"};
+    cr_expect_eq(ladder_main(&bias_grad_chapter, 3, (char **)argv), KL_EXIT_USAGE);
+}
+
 Test(bias_grad_program, rejects_bad_shapes, .init = redirect_output)
 {
     const char *bad[] = {"32x128x64", "1x2x3x4x5", "0x1x1x1", "4x4x4x4-k2"};

@@ -409,6 +409,21 @@ Test(softmax_program, check_shape_names_the_problem)
     cr_expect_eq(softmax_chapter.check_shape(&s, why, sizeof why), 0);
 }
 
+/* A row's loops step in int up to 256 channels past C: C = 2^31 - 257 is taken, one more is
+ * refused, and the program says so in one line with exit 2, before any allocation. */
+Test(softmax_program, refuses_just_past_the_index_limit, .init = redirect_output)
+{
+    struct shape s;
+    char why[256] = "";
+    cr_assert_eq(shape_parse("1x2147483391x1x1", &s, why, sizeof why), 0);
+    cr_expect_eq(softmax_chapter.check_shape(&s, why, sizeof why), 0, "refused: %s", why);
+    cr_assert_eq(shape_parse("1x2147483392x1x1", &s, why, sizeof why), 0);
+    cr_expect_neq(softmax_chapter.check_shape(&s, why, sizeof why), 0);
+    cr_expect(strstr(why, "at most 2^31 - 257") != NULL, "the reason was: %s", why);
+    const char *argv[] = {"03-softmax", "--shape", "1x2147483392x1x1"};
+    cr_expect_eq(ladder_main(&softmax_chapter, 3, (char **)argv), KL_EXIT_USAGE);
+}
+
 /* ---- the second program, build/bin/03-copy-ceiling (`make test` builds it) ---- */
 
 /* Runs the copy ceiling with `args`: its exit status, and what it printed. */

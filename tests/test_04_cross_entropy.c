@@ -187,6 +187,33 @@ Test(ce_shape, check_shape_says_what_is_wrong)
     }
 }
 
+/* N and C are each at most 2^31 - 1 (labels are int32; the rungs index a row and a class in
+ * 32 bits): 1x2147483647 and 2147483647x1 are taken (checked here, never allocated), one more
+ * in either is refused before anything else: exit 2, nothing on stdout, one line on stderr. */
+Test(ce_shape, refuses_just_past_the_index_limit, .init = redirect_output)
+{
+    const char *good[] = {"1x2147483647", "2147483647x1"};
+    for (int i = 0; i < 2; i++) {
+        struct shape s;
+        char why[192] = "";
+        cr_expect(shape_parse(good[i], &s, why, sizeof why) == 0 &&
+                      ce_chapter.check_shape(&s, why, sizeof why) == 0,
+                  "%s refused: %s", good[i], why);
+    }
+    cr_expect(shape_rejected("1x2147483648", "labels are int32"));
+    cr_expect(shape_rejected("2147483648x1", "at most 2^31 - 1 rows"));
+
+    const char *argv[] = {"04-cross-entropy", "--shape", "1x2147483648"};
+    cr_expect_eq(ladder_main(&ce_chapter, 3, (char **)argv), KL_EXIT_USAGE,
+                 "--shape 1x2147483648 must be refused");
+    char out[4096], err[4096];
+    read_redirected(cr_get_redirected_stdout(), out, sizeof out);
+    read_redirected(cr_get_redirected_stderr(), err, sizeof err);
+    cr_expect_str_eq(out, "", "nothing but the one line: stdout had %s", out);
+    cr_expect_eq(count_lines(err), 1, "one line: %s", err);
+    cr_expect(strstr(err, "labels are int32") != NULL, "the line was: %s", err);
+}
+
 static struct problem described(const char *shape_text, int pass, enum dtype t)
 {
     struct shape s;

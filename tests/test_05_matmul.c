@@ -280,6 +280,21 @@ Test(matmul_program, check_shape_names_the_problem)
     cr_expect_eq(matmul_chapter.check_shape(&s, why, sizeof why), 0);
 }
 
+/* 16-row tiles along the grid's y dimension (at most 65535 blocks): M and N of 1,048,560 are
+ * taken, one more is refused before anything is allocated. */
+Test(matmul_program, refuses_just_past_the_grid_limit)
+{
+    struct shape s;
+    char why[256] = "";
+    cr_assert_eq(shape_parse("1048560x1x1", &s, why, sizeof why), 0);
+    cr_expect_eq(matmul_chapter.check_shape(&s, why, sizeof why), 0, "refused: %s", why);
+    cr_assert_eq(shape_parse("1048561x1x1", &s, why, sizeof why), 0);
+    cr_expect_neq(matmul_chapter.check_shape(&s, why, sizeof why), 0);
+    cr_expect(strstr(why, "at most 1048560") != NULL, "the reason was: %s", why);
+    cr_assert_eq(shape_parse("1x1048561x1", &s, why, sizeof why), 0);
+    cr_expect_neq(matmul_chapter.check_shape(&s, why, sizeof why), 0);
+}
+
 /* ---- the ceiling program, build/bin/05-mma-sync-ceiling (`make test` builds it) ---- */
 
 /* Runs the ceiling program with `arg` (or none): its exit status, and what it printed. */

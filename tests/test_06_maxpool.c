@@ -215,6 +215,30 @@ Test(maxpool_shape, bad_parameters_say_what_is_wrong)
     }
 }
 
+/* Each H x W plane holds at most 2^31 - 1 elements (maxpool_dims_of, api.cu: int32 indices):
+ * 1x1x1x2147483647 with a 1x1 window is taken (checked here, never allocated), a plane of 2^31
+ * is refused before anything else: exit 2, nothing on stdout, one line on stderr saying why. */
+Test(maxpool_shape, refuses_just_past_the_index_limit, .init = redirect_output)
+{
+    struct shape s;
+    char why[256] = "";
+    cr_expect(shape_parse("1x1x1x2147483647-k1", &s, why, sizeof why) == 0 &&
+                  maxpool_chapter.check_shape(&s, why, sizeof why) == 0,
+              "a plane of 2^31 - 1 elements refused: %s", why);
+    cr_expect(shape_refused("1x1x1x2147483648-k1", "at most 2^31 - 1 elements"));
+    cr_expect(shape_refused("1x1x2x1073741824-k1", "at most 2^31 - 1 elements"));
+
+    const char *argv[] = {"06-maxpool", "--shape", "1x1x1x2147483648-k1"};
+    cr_expect_eq(ladder_main(&maxpool_chapter, 3, (char **)argv), KL_EXIT_USAGE,
+                 "--shape 1x1x1x2147483648-k1 must be refused");
+    char out[4096], err[4096];
+    read_redirected(cr_get_redirected_stdout(), out, sizeof out);
+    read_redirected(cr_get_redirected_stderr(), err, sizeof err);
+    cr_expect_str_eq(out, "", "nothing but the one line: stdout had %s", out);
+    cr_expect_eq(count_lines(err), 1, "one line: %s", err);
+    cr_expect(strstr(err, "at most 2^31 - 1 elements") != NULL, "the line was: %s", err);
+}
+
 Test(maxpool_program, bad_shapes_exit_2, .init = redirect_output)
 {
     const char *bad[] = {"8x64x128x128-k2s0", "1x1x3x3-k4", "2x2x8x8-k2p2"};

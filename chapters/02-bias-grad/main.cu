@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 #include "api.h"
-#include "bias_grad.h"
+#include "bias_grad.cuh"
 
 static struct bias_grad_size size_of(const struct problem *p)
 {
@@ -102,6 +102,16 @@ static int check_shape(const struct shape *s, char *why, size_t why_len)
     }
     if (s->nparams || s->has_lead) {
         snprintf(why, why_len, "the bias gradient takes no window parameters");
+        return -1;
+    }
+    /* Grids of a block a channel (v3, v5) or a block a chunk of every row (v4, v6: N C chunks
+     * of at least BIAS_GRAD_MIN_CHUNK elements) must fit gridDim.x. */
+    const int64_t n = s->dim[0], c = s->dim[1], hw = s->dim[2] * s->dim[3];
+    const int64_t chunks = (hw + BIAS_GRAD_MIN_CHUNK - 1) / BIAS_GRAD_MIN_CHUNK;
+    if (c > 0x7fffffff || (double)n * (double)c * (double)chunks > 0x7fffffff) {
+        snprintf(why, why_len, "C and N*C*ceil(H*W/%d) must each be below 2^31, the grids' "
+                 "limit (C = %lld, N = %lld, H*W = %lld)", BIAS_GRAD_MIN_CHUNK, (long long)c,
+                 (long long)n, (long long)hw);
         return -1;
     }
     return 0;

@@ -117,6 +117,8 @@ static const struct preset presets[] = {
     {"sanitize", "3x40x5x7", "small, odd H W, for make sanitize (C H W a multiple of 8: v8 runs)"},
 };
 
+#define MAX_CHANNELS (INT64_C(0x7fffffff) - 256)
+
 static int check_shape(const struct shape *s, char *why, size_t why_len)
 {
     if (s->ndims != 4) {
@@ -128,10 +130,12 @@ static int check_shape(const struct shape *s, char *why, size_t why_len)
         snprintf(why, why_len, "softmax takes no window parameters");
         return -1;
     }
+    /* The rungs step through a row in int, up to 256 channels past its end (v2's and v4's
+     * loops), and round C up to whole packs in int (v3-v5): C stops short of that. */
     const int64_t rows = s->dim[0] * s->dim[2] * s->dim[3];
-    if (s->dim[1] > 0x7fffffff || rows > 0x7fffffff) {
-        snprintf(why, why_len, "C and N*H*W must each be below 2^31 (C = %lld, N*H*W = %lld)",
-                 (long long)s->dim[1], (long long)rows);
+    if (s->dim[1] > MAX_CHANNELS || rows > 0x7fffffff) {
+        snprintf(why, why_len, "C must be at most 2^31 - 257 and N*H*W below 2^31 (C = %lld, "
+                 "N*H*W = %lld)", (long long)s->dim[1], (long long)rows);
         return -1;
     }
     return 0;

@@ -12,8 +12,9 @@
 #define FULL_REFERENCE_MACS (1ll << 31)
 #define SAMPLED 16
 
-/* M and N index the grid's y dimension in some rungs (65535 blocks of 32). */
-#define MAX_MN 2000000
+/* M and N index the grid's y dimension in some rungs: 65535 blocks of 16 rows (v3's tiles, the
+ * exercise's and the api's transposed forms). */
+#define MAX_MN (65535 * 16)
 
 /* describe() has written every shape as MxNxK. */
 static struct matmul_dims dims_of(const struct problem *p)
