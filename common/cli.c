@@ -60,7 +60,7 @@ static int parse_variants(const struct chapter *ch, const char *list, struct opt
                           char *err, size_t err_len)
 {
     char copy[256], names[512];
-    if (strlen(list) >= sizeof copy || !*list)
+    if (strlen(list) >= sizeof copy || !list[strspn(list, ",")]) /* "", or commas alone */
         USAGE_ERROR("--variant '%s': give a comma-separated list of rung numbers or names", list);
     strcpy(copy, list);
     memset(o->run_rung, 0, sizeof o->run_rung);

@@ -25,6 +25,25 @@ static int read_number(const char **p, int64_t *v)
     return 0;
 }
 
+/* Writes s->text, the canonical spelling of s, cut short where it does not fit, and returns
+ * the spelling's whole length. */
+static size_t write_text(struct shape *s)
+{
+    char buf[(KL_MAX_DIMS + 1 + KL_MAX_PARAMS) * 22]; /* any shape: 20 digits a number, at most */
+    size_t len = 0;
+    for (int i = 0; i < s->ndims; i++)
+        len += (size_t)sprintf(buf + len, "%s%" PRId64, i ? "x" : "", s->dim[i]);
+    if (s->has_lead)
+        len += (size_t)sprintf(buf + len, "-%" PRId64, s->lead);
+    for (int i = 0; i < s->nparams; i++)
+        len += (size_t)sprintf(buf + len, "%s%c%" PRId64, i || s->has_lead ? "" : "-",
+                               s->param_name[i], s->param[i]);
+    size_t kept = len < sizeof s->text ? len : sizeof s->text - 1;
+    memcpy(s->text, buf, kept);
+    s->text[kept] = '\0';
+    return len;
+}
+
 int shape_parse(const char *text, struct shape *s, char *why, size_t why_len)
 {
     memset(s, 0, sizeof *s);
@@ -96,22 +115,19 @@ int shape_parse(const char *text, struct shape *s, char *why, size_t why_len)
         snprintf(why, why_len, "'%c' after dimension %d; join dimensions with 'x'", *p, s->ndims);
         return -1;
     }
-    shape_format(s);
+    /* The spelling is what the table and the CSV show, and --shape reads back: whole. */
+    size_t len = write_text(s);
+    if (len >= sizeof s->text) {
+        snprintf(why, why_len, "spelt out, the shape is %zu characters long; at most %zu", len,
+                 sizeof s->text - 1);
+        return -1;
+    }
     return 0;
 }
 
 void shape_format(struct shape *s)
 {
-    size_t len = 0, cap = sizeof s->text;
-    s->text[0] = '\0';
-    for (int i = 0; i < s->ndims; i++)
-        len += (size_t)snprintf(s->text + len, len < cap ? cap - len : 0, "%s%" PRId64,
-                                i ? "x" : "", s->dim[i]);
-    if (s->has_lead)
-        len += (size_t)snprintf(s->text + len, len < cap ? cap - len : 0, "-%" PRId64, s->lead);
-    for (int i = 0; i < s->nparams; i++)
-        len += (size_t)snprintf(s->text + len, len < cap ? cap - len : 0, "%s%c%" PRId64,
-                                i || s->has_lead ? "" : "-", s->param_name[i], s->param[i]);
+    write_text(s);
 }
 
 int64_t shape_elements(const struct shape *s)

@@ -128,6 +128,39 @@ Test(cli, shapes_spell_back_the_same)
     cr_expect_neq(shape_parse("", &s, why, sizeof why), 0);
 }
 
+/* Found by make fuzz (tests/fuzz/corpus/fuzz_cli/regress-variant-commas): commas alone were
+ * a list of no rungs, and the program ran none. */
+Test(cli, commas_alone_name_no_rung)
+{
+    expect_rejected("--variant", ",");
+    expect_rejected("--variant", ",,,");
+    struct options o;
+    char err[512];
+    cr_assert_eq(PARSE("--variant", ",v1,"), 0, "%s", err);
+    cr_expect(o.run_rung[0] && !o.run_rung[1]);
+}
+
+/* Found by make fuzz (tests/fuzz/corpus/fuzz_shape/regress-spelling-too-long): a shape whose
+ * spelling did not fit in shape.text was cut short there, so the table and the CSV named
+ * another shape (or none) than the one run. Now it is refused; one that fits reads back whole. */
+Test(cli, a_shape_is_spelt_whole)
+{
+    struct shape s, again;
+    char text[256] = "1", why[128];
+    for (char c = 'a'; c < 'a' + KL_MAX_PARAMS; c++)
+        sprintf(text + strlen(text), "%s%c281474976710656", c == 'a' ? "-" : "", c);
+    cr_expect_gt(strlen(text), sizeof s.text - 1);
+    cr_expect_neq(shape_parse(text, &s, why, sizeof why), 0, "%s was taken as %s", text, s.text);
+    cr_expect(strstr(why, "characters"), "%s", why);
+
+    text[sizeof s.text - 1] = '\0'; /* the longest spelling there is room for */
+    cr_assert_eq(shape_parse(text, &s, why, sizeof why), 0, "%s", why);
+    cr_expect_str_eq(s.text, text);
+    cr_assert_eq(shape_parse(s.text, &again, why, sizeof why), 0, "%s", why);
+    cr_expect_eq(again.nparams, s.nparams);
+    cr_expect_eq(again.param[again.nparams - 1], s.param[s.nparams - 1]);
+}
+
 /* The whole program: bad flags exit 2 before anything else happens. */
 Test(cli, program_exits_2_on_bad_usage, .init = redirect_output)
 {
