@@ -239,6 +239,16 @@ Test(maxpool_shape, refuses_just_past_the_index_limit, .init = redirect_output)
     cr_expect(strstr(err, "at most 2^31 - 1 elements") != NULL, "the line was: %s", err);
 }
 
+/* Found by make fuzz (tests/fuzz): a window and padding near 2^32 passed the window check, its
+ * k * k positions past 2^63 (undefined; it wrapped to 0), and the run then looped over windows of
+ * 2^64 positions. */
+Test(maxpool_shape, huge_windows_are_refused)
+{
+    cr_expect(shape_refused("1x1x1x1-k4294967296p4294967295", "at most 255 positions"));
+    cr_expect(shape_refused("2x2x7x9-p214748364846k419949107565", "at most 255 positions"));
+    cr_expect(shape_refused("1x1x1x1-k256p255", "at most 255 positions"));
+}
+
 Test(maxpool_program, bad_shapes_exit_2, .init = redirect_output)
 {
     const char *bad[] = {"8x64x128x128-k2s0", "1x1x3x3-k4", "2x2x8x8-k2p2"};

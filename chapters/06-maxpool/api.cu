@@ -48,9 +48,10 @@ extern "C" int maxpool_dims_of(int64_t n, int64_t c, int64_t h, int64_t w, int64
                  (long long)kh, (long long)kw, (long long)(h + 2 * p), (long long)(w + 2 * p));
         return -1;
     }
-    if (kh * kw > MAXPOOL_MAX_WINDOW) {
-        snprintf(why, why_len, "windows of at most %d positions (%lldx%lld has %lld)",
-                 MAXPOOL_MAX_WINDOW, (long long)kh, (long long)kw, (long long)(kh * kw));
+    /* Each side first: k and p may each be near 2^48, and k * k past 2^63. */
+    if (kh > MAXPOOL_MAX_WINDOW || kw > MAXPOOL_MAX_WINDOW || kh * kw > MAXPOOL_MAX_WINDOW) {
+        snprintf(why, why_len, "windows of at most %d positions (%lldx%lld has %.0f)",
+                 MAXPOOL_MAX_WINDOW, (long long)kh, (long long)kw, (double)kh * (double)kw);
         return -1;
     }
     if (h * w > INT32_MAX) {
