@@ -8,13 +8,13 @@ CC ?= gcc
 # Build with every core; a -j on the command line still wins.
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 
-# `make test` (or test-asan) where no GPU is present runs no GPU code, so one architecture will
-# do; it says so.
-ifneq ($(filter test test-asan,$(MAKECMDGOALS)),)
+# `make test` (or test-asan, or fuzz) where no GPU is present runs no GPU code, so one
+# architecture will do; it says so.
+ifneq ($(filter test test-asan fuzz,$(MAKECMDGOALS)),)
 ifeq ($(origin CUDA_ARCHS),file)
 ifeq ($(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU'),0)
 CUDA_ARCHS := $(lastword $(CUDA_ARCHS))
-$(info make $(firstword $(filter test test-asan,$(MAKECMDGOALS))): no GPU found, so building for sm_$(CUDA_ARCHS) only (set CUDA_ARCHS to choose))
+$(info make $(firstword $(filter test test-asan fuzz,$(MAKECMDGOALS))): no GPU found, so building for sm_$(CUDA_ARCHS) only (set CUDA_ARCHS to choose))
 endif
 endif
 endif
@@ -86,7 +86,35 @@ PROGRAMS := $(CHAPTERS:%=$(BUILD)/bin/%)
 CEILING := $(BUILD)/bin/05-mma-sync-ceiling
 COPY_CEILING := $(BUILD)/bin/03-copy-ceiling
 
-.PHONY: all help toolkit deps deps-test deps-plots test test-asan test-asan-run run bench plots report sanitize profile clean \
+# `make fuzz`: the libFuzzer targets tests/fuzz/fuzz_*.c (tests/fuzz/README.md), built by clang
+# into $(BUILD)/fuzz under AddressSanitizer and UBSan with libFuzzer's coverage. common/ and each
+# chapter's main.cu (its rung table, built without main(): check_shape and describe) and api.cu
+# (the dims checks) are built so too, their host code by nvcc through clang; the rest of each
+# chapter, whose device code never runs here, comes from the plain build in $(OBJ).
+FUZZ_CC ?= clang
+FUZZ_CXX ?= clang++
+FUZZ_SECONDS ?= 60
+# Past 256 bytes, so that --variant's 256-byte copy is tried at its edge.
+FUZZ_MAX_LEN ?= 512
+FUZZ := $(BUILD)/fuzz
+FUZZ_OBJ := $(FUZZ)/obj
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SANITIZERS := $(HOST_SANITIZERS) -fsanitize=fuzzer-no-link
+FUZZ_CFLAGS := -std=c11 -O1 -g $(WARN) -D_GNU_SOURCE -Icommon -I$(CUDA_HOME)/include -I$(FUZZ) \
+               $(FUZZ_SANITIZERS)
+# clang sees the C++ that nvcc writes, which keeps every static inline function of the headers.
+FUZZ_NVCCFLAGS = -ccbin $(FUZZ_CC) -std=c++20 -O1 -g $(GENCODE) -Icommon \
+                 -Xcompiler -Wall,-Wextra,-Wno-unused-function \
+                 $(addprefix -Xcompiler ,$(FUZZ_SANITIZERS))
+fuzz_chapter_objs = $(patsubst $(OBJ)/%/main.o,$(FUZZ_OBJ)/%/main.nomain.o,\
+                      $(patsubst $(OBJ)/%/api.o,$(FUZZ_OBJ)/%/api.o,\
+                        $(call chapter_program_objs,$(1)) $(call chapter_lib_objs,$(1))))
+FUZZ_LINK_OBJS := $(COMMON_C:%.c=$(FUZZ_OBJ)/%.o) \
+                  $(foreach c,$(CHAPTERS),$(call fuzz_chapter_objs,$(c)))
+FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ)/bin/%)
+
+.PHONY: all help toolkit deps deps-test deps-plots deps-fuzz test test-asan test-asan-run fuzz \
+        run bench plots report sanitize profile clean $(FUZZ_TARGETS:%=fuzz-run-%) \
         $(foreach c,$(CHAPTERS),chapter-$(call chapter_number,$(c)))
 
 all: toolkit $(LIBS) $(PROGRAMS) $(CEILING) $(COPY_CEILING) $(BUILD)/bin/tests
@@ -96,6 +124,7 @@ help:
 	@echo "make chapter-NN    build chapter NN; ./run then runs it"
 	@echo "make test          run every test (GPU tests skip without a GPU, which builds one arch)"
 	@echo "make test-asan     the tests again, host C code under AddressSanitizer and UBSan (build/asan)"
+	@echo "make fuzz          libFuzzer on the flag and shape parsers, FUZZ_SECONDS (60) each (clang)"
 	@echo "make run           every chapter's ladder at its default size"
 	@echo "make bench         every chapter's size sweep into bench/results/<gpu>/"
 	@echo "make plots         plots/*.svg from the CSVs (gnuplot)"
@@ -113,9 +142,11 @@ toolkit:
 	  echo "cudnn.h not found: install cuDNN 9 for your CUDA (the vendor rungs need it)"; \
 	  exit 3; fi
 
-# Debian packages: Criterion for the tests, gnuplot for the plots.
+# Debian packages: Criterion for the tests, gnuplot for the plots; `make fuzz` adds clang and
+# its libFuzzer runtime where they are missing.
+DEPS_PKGS := libcriterion-dev gnuplot-nox python3
 deps:
-	@pkgs="libcriterion-dev gnuplot-nox python3"; \
+	@pkgs="$(DEPS_PKGS)"; \
 	sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	echo "installing $$pkgs"; \
 	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$pkgs
@@ -126,6 +157,11 @@ deps-test:
 
 deps-plots:
 	@command -v gnuplot >/dev/null || $(MAKE) --no-print-directory deps
+
+deps-fuzz:
+	@echo 'int LLVMFuzzerTestOneInput(void) { return 0; }' | \
+	  $(FUZZ_CC) -fsanitize=fuzzer,address,undefined -x c - -o /dev/null 2>/dev/null || \
+	  $(MAKE) --no-print-directory deps DEPS_PKGS="clang libclang-rt-dev"
 
 $(OBJ)/%.o: %.c | toolkit
 	@mkdir -p $(dir $@)
@@ -216,6 +252,68 @@ test-asan-run: $(BUILD)/bin/tests $(CEILING) $(COPY_CEILING)
 	  echo "test-asan: sanitizer reports in $(ASAN_REPORTS):"; cat $(ASAN_REPORTS)/*; exit 1; fi; \
 	[ $$status != 0 ] || echo "test-asan: no sanitizer report"; exit $$status
 
+# make fuzz [FUZZ_SECONDS=60]: each target for FUZZ_SECONDS on a fresh copy of its seeds,
+# tests/fuzz/corpus/<target>/, in $(FUZZ)/corpus/<target>/ (tests/fuzz is never written), one
+# input at most FUZZ_MAX_LEN bytes and 1 s (-timeout=1), with the words of
+# tests/fuzz/<target>.dict and value profiles (which steer inputs toward the limits that the
+# parsers compare with). A crash, a sanitizer report (leaks included), a timeout or running out
+# of memory fails the target, and the input is kept in $(FUZZ)/artifacts/<target>/. The targets
+# run side by side, each into $(FUZZ)/<target>.log.
+fuzz: deps-fuzz toolkit $(FUZZ_TARGETS:%=fuzz-run-%)
+
+$(FUZZ_TARGETS:%=fuzz-run-%): fuzz-run-%: $(FUZZ)/bin/%
+	@rm -rf $(FUZZ)/corpus/$* $(FUZZ)/artifacts/$* && mkdir -p $(FUZZ)/corpus/$* $(FUZZ)/artifacts/$*
+	@cp tests/fuzz/corpus/$*/* $(FUZZ)/corpus/$*/
+	@echo "fuzz $*: $(FUZZ_SECONDS) s from $$(ls $(FUZZ)/corpus/$* | wc -l) seeds" \
+	  "(log: $(FUZZ)/$*.log)"
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	$(FUZZ)/bin/$* -max_total_time=$(FUZZ_SECONDS) -timeout=1 -max_len=$(FUZZ_MAX_LEN) \
+	  -use_value_profile=1 $(if $(wildcard tests/fuzz/$*.dict),-dict=tests/fuzz/$*.dict) \
+	  -print_final_stats=1 -artifact_prefix=$(FUZZ)/artifacts/$*/ $(FUZZ)/corpus/$* \
+	  > $(FUZZ)/$*.log 2>&1; status=$$?; \
+	stat_of() { sed -n "s/^stat::$$1: *//p" $(FUZZ)/$*.log; }; \
+	if [ $$status = 0 ] && [ -z "$$(ls -A $(FUZZ)/artifacts/$*)" ]; then \
+	  echo "fuzz $*: $$(stat_of number_of_executed_units) inputs in $(FUZZ_SECONDS) s" \
+	    "($$(stat_of average_exec_per_sec)/s), corpus now $$(ls $(FUZZ)/corpus/$* | wc -l)," \
+	    "no crash, no sanitizer report, no timeout"; \
+	else \
+	  tail -n 40 $(FUZZ)/$*.log; \
+	  echo "fuzz $*: FAILED (status $$status); inputs kept: $$(ls $(FUZZ)/artifacts/$*)"; \
+	  echo "replay one with $(FUZZ)/bin/$* FILE; then make it a regression test" \
+	    "(tests/fuzz/README.md)"; \
+	  exit 1; \
+	fi
+
+# Each chapter's table, one KL_CHAPTER(name) line a chapter, for tests/fuzz/fuzz.h.
+$(FUZZ)/fuzz_chapters.h: $(CHAPTERS:%=chapters/%/main.cu)
+	@mkdir -p $(dir $@)
+	@sed -n 's/^extern "C" const struct chapter \([A-Za-z0-9_]*\) = {.*/KL_CHAPTER(\1)/p' $^ > $@.tmp
+	@[ "$$(wc -l < $@.tmp)" = $(words $(CHAPTERS)) ] || { echo "$@: found" \
+	  "$$(wc -l < $@.tmp) chapter tables (extern \"C\" const struct chapter NAME = {)" \
+	  "in $(words $(CHAPTERS)) main.cu"; exit 1; }
+	@mv $@.tmp $@
+
+$(FUZZ_OBJ)/tests/fuzz/%.o: tests/fuzz/%.c $(FUZZ)/fuzz_chapters.h | deps-fuzz toolkit
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_OBJ)/%.o: %.c | deps-fuzz toolkit
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_OBJ)/%.nomain.o: %.cu | deps-fuzz toolkit
+	@mkdir -p $(dir $@)
+	$(NVCC) $(FUZZ_NVCCFLAGS) $(call chapter_includes,$<) -DKL_NO_MAIN -MMD -MP -c $< -o $@
+
+$(FUZZ_OBJ)/%.o: %.cu | deps-fuzz toolkit
+	@mkdir -p $(dir $@)
+	$(NVCC) $(FUZZ_NVCCFLAGS) $(call chapter_includes,$<) -MMD -MP -c $< -o $@
+
+$(FUZZ_BINS): $(FUZZ)/bin/%: $(FUZZ_OBJ)/tests/fuzz/%.o $(FUZZ_LINK_OBJS) $(ARCH_STAMP)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_SANITIZERS) -fsanitize=fuzzer -o $@ $(objects) -L$(CUDA_HOME)/lib64 \
+	  -Wl,-rpath,$(CUDA_HOME)/lib64 $(LDLIBS) -lcudart
+
 run: toolkit $(PROGRAMS)
 	@status=0; for p in $(PROGRAMS); do $$p || status=$$?; echo; done; exit $$status
 
@@ -259,4 +357,4 @@ profile: toolkit $(if $(call chapter_named,$(CH)),$(BUILD)/bin/$(call chapter_na
 clean:
 	rm -rf $(BUILD) run
 
--include $(shell find $(OBJ) -name '*.d' 2>/dev/null)
+-include $(shell find $(OBJ) $(FUZZ_OBJ) -name '*.d' 2>/dev/null)
