@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "conv.h"
+#include "conv_program.h"
 
 enum { FWD, FWD_NHWC };
 enum { IN_X, IN_W, IN_B };
@@ -20,17 +21,6 @@ enum { IN_X, IN_W, IN_B };
 /* A full reference above this many multiply-adds would take seconds; beyond, it computes every
  * `every`-th output (an odd step, so the samples walk across filters, rows and columns). */
 #define FULL_REFERENCE_MACS (1ll << 30)
-
-static struct conv2d_dims dims_of_shape(const struct shape *s)
-{
-    const int64_t r = shape_param(s, 'k', 1);
-    struct conv2d_dims d;
-    char why[200];
-    if (conv2d_dims_of(s->dim[0], s->dim[1], s->dim[2], s->dim[3], s->lead, r, r,
-                       shape_param(s, 's', 1), shape_param(s, 'p', 0), &d, why, sizeof why))
-        d.p = d.q = 0; /* check_shape refused such shapes first */
-    return d;
-}
 
 static struct conv2d_dims dims_of(const struct problem *p)
 {
@@ -149,29 +139,6 @@ static const struct preset presets[] = {
     {"sanitize", "2x3x9x7-5k3s1p1", "small and odd, for make sanitize (every rung takes it)"},
 };
 
-static int check_shape(const struct shape *s, char *why, size_t why_len)
-{
-    if (s->ndims != 4 || !s->has_lead) {
-        snprintf(why, why_len, "convolution takes NxCxHxW-KkRsSpP (2x4x64x64-8k3s1p1)%s",
-                 s->ndims != 4 ? ", with four dimensions" : ": K, the filters, is missing");
-        return -1;
-    }
-    for (int i = 0; i < s->nparams; i++)
-        if (s->param_name[i] != 'k' && s->param_name[i] != 's' && s->param_name[i] != 'p') {
-            snprintf(why, why_len, "window parameter '%c' is not k (filter size), s (stride) or "
-                     "p (padding)", s->param_name[i]);
-            return -1;
-        }
-    const int64_t r = shape_param(s, 'k', 1);
-    struct conv2d_dims d;
-    return conv2d_dims_of(s->dim[0], s->dim[1], s->dim[2], s->dim[3], s->lead, r, r,
-                          shape_param(s, 's', 1), shape_param(s, 'p', 0), &d, why, why_len);
-}
-
-static size_t count_x(struct conv2d_dims d) { return (size_t)(d.n * d.c * d.h * d.w); }
-static size_t count_w(struct conv2d_dims d) { return (size_t)(d.k * d.c * d.r * d.s); }
-static size_t count_y(struct conv2d_dims d) { return (size_t)(d.n * d.k * d.p * d.q); }
-
 static void describe(struct problem *p)
 {
     const struct conv2d_dims d = dims_of(p);
@@ -193,21 +160,6 @@ static void fill(struct problem *p, struct rng *r)
 {
     for (int i = 0; i < p->n_in; i++)
         fill_uniform(p->host_in[i], p->dtype, p->in[i].count, r, -1.0, 1.0);
-}
-
-/* Element (a, b, c, d) of an A x B x C x D tensor, moved to (a, c, d, b): NCHW -> NHWC, KCRS ->
- * KRSC; `back` undoes it. */
-static void permute_channels_last(const void *from, void *to, size_t es, int64_t a, int64_t b,
-                                  int64_t c, int64_t dd, int back)
-{
-    for (int64_t i = 0; i < a; i++)
-        for (int64_t j = 0; j < b; j++)
-            for (int64_t k = 0; k < c * dd; k++) {
-                const size_t first = (size_t)((i * b + j) * c * dd + k);
-                const size_t last = (size_t)((i * c * dd + k) * b + j);
-                memcpy((char *)to + (back ? first : last) * es,
-                       (const char *)from + (back ? last : first) * es, es);
-            }
 }
 
 static void reference(struct problem *p)

@@ -130,7 +130,7 @@ __global__ void col2im_atomic(const T *__restrict__ col, float *__restrict__ sum
 __global__ void round_sums(const float *__restrict__ sums, __half *__restrict__ dx, int count)
 {
     for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < count; e += gridDim.x * blockDim.x)
-        dx[e] = __float2half_rn(sums[e]);
+        dx[e] = from_float<__half>(sums[e]);
 }
 
 template <typename T>
