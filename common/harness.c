@@ -161,6 +161,8 @@ static int run_group(struct run *run, int pass, enum dtype t, const struct rung 
     }
 
     struct result_row rows[KL_MAX_RUNGS];
+    /* ladder_unsupported's text is overwritten by its next call: each row keeps its own copy. */
+    char skip_text[KL_MAX_RUNGS][96];
     const char *pass_name = run->ch->passes[pass];
     double vendor_us = 0;
     for (int i = 0; i < n; i++) {
@@ -172,6 +174,8 @@ static int run_group(struct run *run, int pass, enum dtype t, const struct rung 
         row->shape = p.shape.text;
         row->dtype = t;
         const char *skip = ladder_unsupported(list[i], &p, run->dev.cc);
+        if (skip)
+            skip = strncpy(skip_text[i], skip, sizeof skip_text[i]);
         row->verdict = skip ? skip : run->o.no_verify ? "unverified" : "ok";
         if (skip || run->o.no_verify)
             continue;

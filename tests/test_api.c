@@ -1,4 +1,4 @@
-/* The library boundary of chapters 01 to 08: each api.h's entry points against the chapter's
+/* The library boundary of chapters 01 to 09: each api.h's entry points against the chapter's
  * CPU reference, in fp32 and fp16.
  *
  * First through each chapter's "api" rung (ladder_check), at shapes that take every branch of
@@ -25,6 +25,7 @@
 #include "06-maxpool/api.h"
 #include "07-conv-forward/api.h"
 #include "08-conv-backward-input/api.h"
+#include "09-conv-backward-weight/api.h"
 #include "bias_grad.h"
 #include "check.h"
 #include "conv.h"
@@ -36,6 +37,7 @@
 #include "rung_note.h"
 #include "softmax.h"
 #include "verify.h"
+#include "wgrad.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -265,6 +267,27 @@ Test(api_gpu, conv2d_backward_input_takes_every_branch, NEEDS_GPU)
     expect_cases_verified(&dgrad_chapter, dgrad_cases, COUNT(dgrad_cases));
 }
 
+/* Convolution weight gradient (api.cu's rule): one channel and one filter 2d_v3; else up to
+ * 4 channels and 36 sums a filter (C R S) v6; else, with db, v5; without, v4 in fp16 where it
+ * takes the shape (R (15 stride + S) <= 128: not a 5x5 filter at stride 2), and v3. Pass 0 is
+ * bwd_weight (db NULL), pass 1 bwd_weight_bias. C = 1 with K > 1 is v6's, not the 2D
+ * kernel's; C = 4 under a 5x5 filter is past v6's registers. */
+static const struct api_case wgrad_cases[] = {
+    {0, "1x1x5x7-1k3s1p1", "2d_v3", "2d_v3"},      {1, "8x1x128x128-1k3s1p1", "2d_v3", "2d_v3"},
+    {1, "2x1x9x7-1k5s2p2", "2d_v3", "2d_v3"},      {0, "32x1x28x28-16k3s1p1", "v6", "v6"},
+    {1, "3x3x11x9-5k3s1p1", "v6", "v6"},           {0, "1x4x7x5-7k3s2p1", "v6", "v6"},
+    {1, "1x1x2x3-2k3s1p2", "v6", "v6"},            {0, "1x4x7x5-7k5s2p2", "v3", "v3"},
+    {1, "1x4x7x5-7k5s2p2", "v5", "v5"},            {1, "3x5x17x13-7k5s2p2", "v5", "v5"},
+    {1, "32x16x14x14-32k3s1p1", "v5", "v5"},       {0, "3x5x17x13-7k5s2p2", "v3", "v3"},
+    {0, "32x16x14x14-32k3s1p1", "v3", "v4"},       {0, "2x64x27x27-32k3s2p1", "v3", "v4"},
+    {0, "8x32x40x40-64k3s1p1", "v3", "v4"},
+};
+
+Test(api_gpu, conv2d_backward_weight_takes_every_branch, NEEDS_GPU)
+{
+    expect_cases_verified(&wgrad_chapter, wgrad_cases, COUNT(wgrad_cases));
+}
+
 /* Max pooling backward: 3x3 windows at stride 1 or 2 v4, but v1 in fp32 at stride 2; other
  * windows v1 where H or W is odd, and in fp32 from 2^20 to 2^22 elements of x (both ends;
  * 786432 and 4456448 lie outside), else v3. */
@@ -311,8 +334,10 @@ struct call {
             enum conv2d_activation act;
         } conv;
         struct conv2d_dims dgrad; /* the forward's dims, as conv2d_backward_input takes them */
+        struct conv2d_dims wgrad; /* and as conv2d_backward_weight takes them */
     } d;
     size_t workspace_bytes; /* 0 where the entry point takes none */
+    size_t zero_bytes;      /* the workspace's first bytes zero after a call (0: all) */
     size_t reduction_len;   /* terms summed into one output element, for the tolerance */
     int n_in, n_out;
     void *host_in[MAX_BUFFERS];
@@ -921,4 +946,117 @@ Test(api_gpu, conv2d_backward_input_called_directly, NEEDS_GPU)
         call_free(&graph[i]);
     for (int i = 0; i < 2; i++)
         call_free(&streams[i]);
+}
+
+static void conv2d_backward_weight_fn(const struct call *c, void *workspace, cudaStream_t s)
+{
+    conv2d_backward_weight(c->in[0], c->in[1], c->out[0], c->n_out > 1 ? c->out[1] : NULL,
+                           c->d.wgrad, c->t, workspace, s);
+}
+
+/* The weight gradient of an NxCxHxW-KkRsSpP convolution, and its bias gradient where asked:
+ * random x and dy, dw (and db) checked. */
+static void conv2d_backward_weight_call(struct call *c, enum dtype t, const char *shape,
+                                        bool with_bias, const char *rung, struct rng *r)
+{
+    call_init(c, t, rung, "conv2d_backward_weight %s %s%s", dtype_name(t), shape,
+              with_bias ? ", with db" : "");
+    const struct conv2d_dims d = conv_dims_of_text(c, shape);
+    c->d.wgrad = d;
+    c->launch = conv2d_backward_weight_fn;
+    c->workspace_bytes = conv2d_backward_weight_workspace_bytes(d, t);
+    /* Only the arrival counters, the workspace's first 16 KiB, return to zero; the slices' sums
+     * after them are scratch (api.h). */
+    c->zero_bytes = 16384;
+    c->reduction_len = (size_t)(d.n * d.p * d.q); /* every element of dw and db */
+    const size_t nx = (size_t)(d.n * d.c * d.h * d.w), ny = (size_t)(d.n * d.k * d.p * d.q);
+    const size_t es = dtype_size(t);
+    void *x = random_host(t, nx, r, -1, 1), *dy = random_host(t, ny, r, -1, 1);
+    add_input(c, x, nx * es);
+    add_input(c, dy, ny * es);
+    double *dw = add_output(c, t, (size_t)(d.k * d.c * d.r * d.s));
+    wgrad_reference(x, dy, t, d, 1, dw, with_bias ? add_output(c, t, (size_t)d.k) : NULL);
+}
+
+/* Each branch of the rule, both dtypes, with and without db: in one graph sharing a
+ * workspace, where each split rung must leave its arrival counters at 0 for the next; then v5
+ * and v3, whose slices meet in the workspace, at once on two streams, a workspace each. */
+Test(api_gpu, conv2d_backward_weight_called_directly, NEEDS_GPU)
+{
+    struct rng r = rng_seeded(18);
+    struct call graph[4], streams[2];
+    conv2d_backward_weight_call(&graph[0], DT_FP32, "8x32x40x40-64k3s1p1", true, "v5", &r);
+    conv2d_backward_weight_call(&graph[1], DT_FP16, "2x64x27x27-32k3s2p1", false, "v4", &r);
+    conv2d_backward_weight_call(&graph[2], DT_FP32, "32x1x28x28-16k3s1p1", true, "v6", &r);
+    conv2d_backward_weight_call(&graph[3], DT_FP16, "8x1x128x128-1k3s1p1", false, "2d_v3", &r);
+    expect_verified_in_one_graph(graph, 4);
+    conv2d_backward_weight_call(&streams[0], DT_FP16, "32x16x14x14-32k3s1p1", true, "v5", &r);
+    conv2d_backward_weight_call(&streams[1], DT_FP32, "3x5x17x13-7k5s2p2", false, "v3", &r);
+    expect_verified_on_two_streams(&streams[0], &streams[1]);
+    for (int i = 0; i < 4; i++)
+        call_free(&graph[i]);
+    for (int i = 0; i < 2; i++)
+        call_free(&streams[i]);
+}
+
+/* Whether every byte of the workspace is 0, as api.h promises a call leaves it. */
+static bool workspace_is_zero(const void *workspace, size_t bytes)
+{
+    unsigned char *host = host_buffer(bytes ? bytes : 1);
+    CUDA_CHECK(cudaMemcpy(host, workspace, bytes, cudaMemcpyDeviceToHost));
+    size_t i = 0;
+    while (i < bytes && host[i] == 0)
+        i++;
+    free(host);
+    return i == bytes;
+}
+
+/* Call c twice on the same inputs, its outputs poisoned before each: the same bits both times,
+ * the workspace zero after each (its first c->zero_bytes), and the outputs right. */
+static void expect_the_same_bits_twice(struct call *c)
+{
+    void *workspace = zeroed_workspace(c->workspace_bytes);
+    void *first[MAX_BUFFERS] = {NULL};
+    for (int time = 0; time < 2; time++) {
+        poison_outputs(c, 0);
+        c->launch(c, workspace, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const size_t zero = c->zero_bytes ? c->zero_bytes : c->workspace_bytes;
+        cr_expect(!workspace || workspace_is_zero(workspace, zero),
+                  "%s left the first %zu bytes of its workspace not all zeros (call %d)",
+                  c->what, zero, time + 1);
+        for (int i = 0; i < c->n_out; i++) {
+            void *host = host_buffer(output_bytes(c, i));
+            CUDA_CHECK(cudaMemcpy(host, c->out[i], output_bytes(c, i), cudaMemcpyDeviceToHost));
+            if (time == 0) {
+                first[i] = host;
+                continue;
+            }
+            cr_expect(!memcmp(first[i], host, output_bytes(c, i)),
+                      "%s: output %d differs between two calls on the same inputs", c->what, i);
+            free(host);
+        }
+    }
+    expect_call_verified(c, "called twice");
+    for (int i = 0; i < c->n_out; i++)
+        free(first[i]);
+    CUDA_CHECK(cudaFree(workspace));
+}
+
+/* api.h: the sums' order is fixed, so the same inputs give the same bits on every call, with
+ * and without db, in both dtypes: the split implicit GEMM at 8x32x40x40-64k3s1p1 (12,800
+ * products a sum, over many slices), v6 at chapter 10's first layer, and the 2D kernel. */
+Test(api_gpu, conv2d_backward_weight_is_deterministic, NEEDS_GPU)
+{
+    static const char *const shapes[] = {"8x32x40x40-64k3s1p1", "64x1x28x28-16k3s1p1",
+                                         "8x1x128x128-1k3s1p1"};
+    struct rng r = rng_seeded(19);
+    for (size_t i = 0; i < COUNT(shapes); i++)
+        for (int t = DT_FP32; t <= DT_FP16; t++)
+            for (int with_bias = 0; with_bias <= 1; with_bias++) {
+                struct call c;
+                conv2d_backward_weight_call(&c, (enum dtype)t, shapes[i], with_bias, NULL, &r);
+                expect_the_same_bits_twice(&c);
+                call_free(&c);
+            }
 }
