@@ -31,54 +31,6 @@ static __host__ __device__ constexpr int pixels_a_thread(int taps)
     return taps <= 9 ? 4 : taps <= 25 ? 2 : 1;
 }
 
-/* from[i] where `in`, else 0, without a branch: where not `in` the load reads from[0] (every
- * tensor has an element 0) and the value is dropped, so a thread's loads are all in flight at
- * once; a branch around each load, with fp16's conversion inside it, makes them wait in turn. */
-template <typename T>
-static __device__ __forceinline__ float load_or_zero(const T *__restrict__ from, int i, bool in)
-{
-    const float v = to_float(from[in ? i : 0]);
-    return in ? v : 0.f;
-}
-
-static __device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int lanes = 16; lanes > 0; lanes >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, lanes);
-    return v;
-}
-
-/* The last block's second pass over `count` sums of a tile (count <= THREADS): sum a sits at
- * at(a) in every slice. Its slices are cut into runs of consecutive slices, THREADS / count
- * runs or fewer, each added in slice order by wgrad_sum_slices, then the runs in order: an
- * order fixed by the slices and count, so the bits are the same on every call, with THREADS
- * loads in flight where a thread a sum would have count. store(a, total) writes the result. */
-template <typename At, typename Store>
-static __device__ __forceinline__ void add_slices_in_runs(const float *partials, int slices,
-                                                          int64_t floats, int count, At at,
-                                                          Store store)
-{
-    __shared__ float run_sums[THREADS];
-    const int most = THREADS / count, runs = most < slices ? most : slices;
-    const int length = (slices + runs - 1) / runs;
-    const int a = threadIdx.x % count, run = threadIdx.x / count, first = run * length;
-    if (run < runs && first < slices) {
-        const int n = length < slices - first ? length : slices - first;
-        run_sums[threadIdx.x] = wgrad_sum_slices(partials + (int64_t)first * floats, n, floats,
-                                                 at(a));
-    } else if (run < runs) {
-        run_sums[threadIdx.x] = 0.f;
-    }
-    __syncthreads();
-    if ((int)threadIdx.x < count) {
-        float total = 0.f;
-        for (int r = 0; r < runs; r++)
-            total += run_sums[r * count + threadIdx.x];
-        store(threadIdx.x, total);
-    }
-}
-
 /* R = S = 0: any filter, TILE_TAPS taps a tile, blockIdx.x the tile. blockIdx.y is the
  * slice: pixels [first, end) of the N P Q. */
 template <typename T, int R, int S>
@@ -115,13 +67,13 @@ __global__ void __launch_bounds__(THREADS)
             const int n = i / plane, pq = i - n * plane, p = pq / Q, q = pq - p * Q;
             const int h0 = p * stride - pad, w0 = q * stride - pad;
             const T *image = x + n * H * W;
-            g[u] = load_or_zero(dy, i, live);
+            g[u] = wgrad_load_or_zero(dy, i, live);
 #pragma unroll
             for (int j = 0; j < TAPS; j++) {
                 const int h = h0 + tap_r[j], w = w0 + tap_s[j];
                 const bool on_x = live && tap0 + j < taps && (unsigned)h < (unsigned)H &&
                                   (unsigned)w < (unsigned)W;
-                v[u][j] = load_or_zero(image, h * W + w, on_x);
+                v[u][j] = wgrad_load_or_zero(image, h * W + w, on_x);
             }
         }
 #pragma unroll
@@ -137,7 +89,7 @@ __global__ void __launch_bounds__(THREADS)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
     for (int j = 0; j <= TAPS; j++) {
-        const float sum = warp_sum(acc[j]);
+        const float sum = wgrad_warp_sum(acc[j]);
         if (lane == 0)
             warp_sums[warp][j] = sum;
     }
@@ -158,7 +110,7 @@ __global__ void __launch_bounds__(THREADS)
     if (!wgrad_arrived_last(ws.counters, tile, slices))
         return;
     const int count = tile_taps + (db != NULL && tile == 0);
-    add_slices_in_runs(
+    wgrad_add_slices_in_runs<THREADS>(
         ws.partials, slices, ws.floats, count,
         [&](int a) { return a < tile_taps ? tap0 + a : taps; },
         [&](int a, float total) {

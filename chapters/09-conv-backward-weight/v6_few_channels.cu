@@ -70,16 +70,6 @@ __device__ __forceinline__ band_place band_place_of(int b, band_shape band, conv
     return at;
 }
 
-/* from[i] where `in`, else 0, without a branch: where not `in` the load reads from[0] (every
- * tensor has an element 0) and the value is dropped, so a thread's loads are all in flight at
- * once; a branch around each load, with fp16's conversion inside it, makes them wait in turn. */
-template <typename T>
-static __device__ __forceinline__ float load_or_zero(const T *__restrict__ from, int i, bool in)
-{
-    const float v = to_float(from[in ? i : 0]);
-    return in ? v : 0.f;
-}
-
 /* This thread's share of a band's x, into registers: slot u packs (c, row, column) of its
  * element of the staged x as c << 24 | row << 12 | column, or is -1; 0 off x. */
 template <typename T>
@@ -93,45 +83,7 @@ __device__ __forceinline__ void load_band_x(float xs[STAGE_SLOTS], const T *__re
         const int e = element[u];
         const int c = e >> 24, h = at.h0 + ((e >> 12) & 0xfff), w = at.w0 + (e & 0xfff);
         const bool on_x = e >= 0 && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
-        xs[u] = load_or_zero(x, ((at.n * C + c) * H + h) * W + w, on_x);
-    }
-}
-
-static __device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int lanes = 16; lanes > 0; lanes >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, lanes);
-    return v;
-}
-
-/* The last block's second pass over `count` sums of a tile (count <= THREADS): sum a sits at
- * at(a) in every slice. Its slices are cut into runs of consecutive slices, THREADS / count
- * runs or fewer, each added in slice order by wgrad_sum_slices, then the runs in order: an
- * order fixed by the slices and count, so the bits are the same on every call, with THREADS
- * loads in flight where a thread a sum would have count. store(a, total) writes the result. */
-template <typename At, typename Store>
-static __device__ __forceinline__ void add_slices_in_runs(const float *partials, int slices,
-                                                          int64_t floats, int count, At at,
-                                                          Store store)
-{
-    __shared__ float run_sums[THREADS];
-    const int most = THREADS / count, runs = most < slices ? most : slices;
-    const int length = (slices + runs - 1) / runs;
-    const int a = threadIdx.x % count, run = threadIdx.x / count, first = run * length;
-    if (run < runs && first < slices) {
-        const int n = length < slices - first ? length : slices - first;
-        run_sums[threadIdx.x] = wgrad_sum_slices(partials + (int64_t)first * floats, n, floats,
-                                                 at(a));
-    } else if (run < runs) {
-        run_sums[threadIdx.x] = 0.f;
-    }
-    __syncthreads();
-    if ((int)threadIdx.x < count) {
-        float total = 0.f;
-        for (int r = 0; r < runs; r++)
-            total += run_sums[r * count + threadIdx.x];
-        store(threadIdx.x, total);
+        xs[u] = wgrad_load_or_zero(x, ((at.n * C + c) * H + h) * W + w, on_x);
     }
 }
 
@@ -187,7 +139,7 @@ __global__ void __launch_bounds__(THREADS, 2)
             corner[u] = live ? (i * band.x_cols + jq) * stride : 0;
 #pragma unroll
             for (int f = 0; f < F; f++)
-                g[u][f] = load_or_zero(grad, f * plane + i * Q + jq, live && k0 + f < K);
+                g[u][f] = wgrad_load_or_zero(grad, f * plane + i * Q + jq, live && k0 + f < K);
         }
         load_band_x(xs, x, d, at, element);
         __syncthreads(); /* every warp is done with the previous band's x */
@@ -220,7 +172,7 @@ __global__ void __launch_bounds__(THREADS, 2)
     for (int f = 0; f < F; f++)
 #pragma unroll
         for (int j = 0; j <= SUMS; j++) {
-            const float sum = warp_sum(acc[f][j]);
+            const float sum = wgrad_warp_sum(acc[f][j]);
             if (lane == 0)
                 warp_sums[warp][f][j] = sum;
         }
@@ -241,7 +193,7 @@ __global__ void __launch_bounds__(THREADS, 2)
     if (!wgrad_arrived_last(ws.counters, tile, slices))
         return;
     const int per_filter = crs + (db != NULL); /* a filter's sums to add: dw's, then db's */
-    add_slices_in_runs(
+    wgrad_add_slices_in_runs<THREADS>(
         ws.partials, slices, ws.floats, filters * per_filter,
         [&](int a) {
             const int k = k0 + a / per_filter, j = a % per_filter;

@@ -72,6 +72,25 @@ struct wgrad_slices {
     int64_t floats; /* a slice's: K C R S + K */
 };
 
+/* from[i] where `in`, else 0, without a branch: where not `in` the load reads from[0] (every
+ * tensor has an element 0) and the value is dropped, so a thread's loads are all in flight at
+ * once; a branch around each load, with fp16's conversion inside it, makes them wait in turn. */
+template <typename T>
+__device__ __forceinline__ float wgrad_load_or_zero(const T *__restrict__ from, int i, bool in)
+{
+    const float v = to_float(from[in ? i : 0]);
+    return in ? v : 0.f;
+}
+
+__device__ __forceinline__ float wgrad_warp_sum(float v)
+{
+#pragma unroll
+    for (int lanes = 16; lanes > 0; lanes >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, lanes);
+    return v;
+}
+
+
 static inline int64_t wgrad_slice_floats(conv2d_dims d) { return d.k * wgrad_columns(d) + d.k; }
 
 static inline int wgrad_max_slices(conv2d_dims d)
@@ -145,6 +164,37 @@ static inline bool wgrad_finish_in_last_block(int64_t tile_outputs, int slices)
 /* The second pass as a kernel (split.cu): dw (and db, where not NULL) from the slices. */
 extern "C" void wgrad_finish_slices(const float *partials, int slices, struct conv2d_dims d,
                                     void *dw, void *db, enum dtype t, cudaStream_t s);
+
+/* The last block's second pass over `count` sums of a tile (count <= BLOCK_THREADS, the
+ * block's threads): sum a sits at at(a) in every slice. Its slices are cut into runs of
+ * consecutive slices, BLOCK_THREADS / count runs or fewer, each added in slice order by
+ * wgrad_sum_slices, then the runs in order: an order fixed by the slices and count, so the
+ * bits are the same on every call, with BLOCK_THREADS loads in flight where a thread a sum
+ * would have count. store(a, total) writes the result. */
+template <int BLOCK_THREADS, typename At, typename Store>
+__device__ __forceinline__ void wgrad_add_slices_in_runs(const float *partials, int slices,
+                                                         int64_t floats, int count, At at,
+                                                         Store store)
+{
+    __shared__ float run_sums[BLOCK_THREADS];
+    const int most = BLOCK_THREADS / count, runs = most < slices ? most : slices;
+    const int length = (slices + runs - 1) / runs;
+    const int a = threadIdx.x % count, run = threadIdx.x / count, first = run * length;
+    if (run < runs && first < slices) {
+        const int n = length < slices - first ? length : slices - first;
+        run_sums[threadIdx.x] = wgrad_sum_slices(partials + (int64_t)first * floats, n, floats,
+                                                 at(a));
+    } else if (run < runs) {
+        run_sums[threadIdx.x] = 0.f;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < count) {
+        float total = 0.f;
+        for (int r = 0; r < runs; r++)
+            total += run_sums[r * count + threadIdx.x];
+        store(threadIdx.x, total);
+    }
+}
 /* ---- end of the split reduction ---- */
 
 #endif
