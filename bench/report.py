@@ -128,19 +128,24 @@ def is_own_rung(r):
 
 
 def short(rung):
-    """v3_warp_shuffle -> v3; a vendor's algorithm (IMPLICIT_PRECOMP_GEMM) stays whole"""
-    head = rung.split("_", 1)[0]
-    return head if re.fullmatch(r"v\d+", head) else rung
+    """v3_warp_shuffle -> v3, 2d_v3_one_pass -> 2d_v3; a vendor's algorithm
+    (IMPLICIT_PRECOMP_GEMM) stays whole"""
+    m = re.match(r"((?:\d+d_)?v\d+)(?:_|$)", rung)
+    return m.group(1) if m else rung
 
 
 def variant_key(v):
-    """v1 < v2 < ... < v10 by rung number, then api, vendor, its relatives, then the rest."""
+    """v1 < v2 < ... < v10 by rung number, then a second ladder's (chapter 09's 2d_v1, 2d_v2,
+    ...), then api, vendor, its relatives, then the rest."""
     m = re.match(r"v(\d+)", v)
     if m:
         return (0, int(m.group(1)), v)
+    m = re.match(r"\d+d_v(\d+)", v)
+    if m:
+        return (1, int(m.group(1)), v)
     if v == "api":
-        return (1, 0, v)
-    return (2, 0 if v == "vendor" else 1, v) if is_vendor(v) else (3, 0, v)
+        return (2, 0, v)
+    return (3, 0 if v == "vendor" else 1, v) if is_vendor(v) else (4, 0, v)
 
 
 def latest(rows):

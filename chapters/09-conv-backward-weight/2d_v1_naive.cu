@@ -12,7 +12,7 @@
  * every 32 steps, each a DRAM round trip of about a microsecond that no other warp hides.
  * Expected: at seed-2d, 131072 steps of some 10-30 cycles plus 4096 such stalls: about 2-4 ms
  * in fp32, somewhat less in fp16 (a line holds 64 elements); db is chapter 02's bias_grad.
- * Measured (H200): to come. */
+ * Measured (H200): seed-2d 9945 us fp32, 6805 fp16, where cuDNN takes 34.9 and 27.7. */
 #include "wgrad.cuh"
 
 #define THREADS 32

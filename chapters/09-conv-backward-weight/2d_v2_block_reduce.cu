@@ -14,7 +14,7 @@
  * Expected: seed-2d in the order of 100 us (512 steps a thread, each behind an L2 or DRAM
  * round trip shared by a few loads in flight), 10-30x faster than 2d_v1, slower than cuDNN's
  * 23.4 us; db is chapter 02's bias_grad.
- * Measured (H200): to come. */
+ * Measured (H200): seed-2d 158 us fp32, 144 fp16 (0.22x and 0.19x cuDNN). */
 #include "wgrad.cuh"
 
 #define THREADS 256

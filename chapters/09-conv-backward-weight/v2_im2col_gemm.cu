@@ -14,7 +14,7 @@
  * Expected: the pack kernels move 8.4 MB of x into 151 MB of col, about 50 us; the product at
  * what 72 blocks of matmul_v3 give, perhaps 3 TFLOP/s: about 1.6 ms at the seed.
  * Limits: col holds fewer than 2^31 elements (32-bit indices), else unsupported.
- * Measured (H200): to come. */
+ * Measured (H200): seed 6247 us fp32 (0.77 TFLOP/s, 0.05x cuDNN), 5654 fp16. */
 #include "05-matmul/api.h"
 #include "wgrad.cuh"
 

@@ -18,7 +18,7 @@
  * Expected: chapter 07's v4 ran its implicit GEMM at 33 TFLOP/s; the same here gives about
  * 150 us at the seed and 225 at resnet, 2x and 1.3x cuDNN; in fp16 the same speed (the sums
  * are fp32 FMAs either way).
- * Measured (H200): to come. */
+ * Measured (H200): seed 233 us fp32 (20.7 TFLOP/s, 1.32x cuDNN), 358 fp16; resnet 313 (1.21x). */
 #include "split_fma.cuh"
 
 template <typename T>

@@ -15,7 +15,7 @@
  * and 64 x 16 dy values through registers into shared memory for 18 mma a warp. Perhaps
  * 80-100 TFLOP/s, chapter 07's v5's rate: 50-60 us at the seed (cuDNN 83), 75-90 at resnet.
  * Limits: fp16; R (15 stride + S) <= 128 (3x3 up to stride 2, 5x5 and 7x7 at stride 1).
- * Measured (H200): to come. */
+ * Measured (H200): seed 183 us (26.3 TFLOP/s, 0.46x cuDNN's 84.9); resnet 265 (1.10x). */
 #include "split_mma.cuh"
 
 extern "C" const char *wgrad_v4_unsupported(struct conv2d_dims d, enum dtype t)

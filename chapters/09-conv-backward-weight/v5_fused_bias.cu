@@ -12,7 +12,7 @@
  * Expected: saves chapter 02's pass, its best rung's time at N K P Q elements: at resnet
  * 6.4 M dy elements, 12.8 MB in fp16, about 5 us plus a launch; at chapter 10's second layer
  * at batch 32 (200704 elements) mostly the launch, 2-3 us of 10-15.
- * Measured (H200): to come. */
+ * Measured (H200), with db: seed 238 us fp32, 182 fp16; v3 or v4 then bias_grad: 246, 192. */
 #include "split_fma.cuh"
 #include "split_mma.cuh"
 

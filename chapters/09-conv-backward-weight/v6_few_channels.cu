@@ -17,7 +17,7 @@
  * Expected: cnn at batch 32 and 128 bound by latency, 4-6 us (cuDNN 31 and 36); at batch
  * 1024, 51 MB of dy (12.5 us at 4.15 TB/s) with 32 KB in flight an SM, 14-20 us against
  * cuDNN's 140. Limits: C <= 4 and C R S <= 36 (the sums are registers).
- * Measured (H200): to come. */
+ * Measured (H200): cnn 10.9 us fp32 (5.07x cuDNN), 10.4 fp16 (1.25x); at batch 1024, 68.1, 61.5. */
 #include "wgrad.cuh"
 
 #define WARPS 8
