@@ -35,7 +35,7 @@ WARN := -Wall -Wextra
 CFLAGS := -std=c11 -O2 -g $(WARN) -D_GNU_SOURCE -Icommon -I$(CUDA_HOME)/include
 NVCCFLAGS = -std=c++20 -O3 -lineinfo $(GENCODE) -Xcompiler -Wall,-Wextra -Icommon
 LDFLAGS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64
-LDLIBS := -lcudnn -lcublasLt -lcublas -lm
+LDLIBS := -lcudnn -lcublasLt -lcublas -lz -lm
 
 # `make test-asan` builds again into $(BUILD)/asan with KL_ASAN=1: the C sources (common/, the
 # references, the tests) under AddressSanitizer and UndefinedBehaviorSanitizer, and the link with
@@ -96,6 +96,10 @@ FUZZ_CXX ?= clang++
 FUZZ_SECONDS ?= 60
 # Past 256 bytes, so that --variant's 256-byte copy is tried at its edge.
 FUZZ_MAX_LEN ?= 512
+# A target's own limit, FUZZ_MAX_LEN_<target>: fuzz_idx's valid pairs (of 28x28 images) take
+# 811 bytes and more.
+FUZZ_MAX_LEN_fuzz_idx := 2048
+fuzz_max_len = $(or $(FUZZ_MAX_LEN_$(1)),$(FUZZ_MAX_LEN))
 FUZZ := $(BUILD)/fuzz
 FUZZ_OBJ := $(FUZZ)/obj
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
@@ -106,9 +110,14 @@ FUZZ_CFLAGS := -std=c11 -O1 -g $(WARN) -D_GNU_SOURCE -Icommon -I$(CUDA_HOME)/inc
 FUZZ_NVCCFLAGS = -ccbin $(FUZZ_CC) -std=c++20 -O1 -g $(GENCODE) -Icommon \
                  -Xcompiler -Wall,-Wextra,-Wno-unused-function \
                  $(addprefix -Xcompiler ,$(FUZZ_SANITIZERS))
+# A chapter library's C files (chapter 10's IDX loader, which fuzz_idx calls) are clang's too.
+fuzz_chapter_c = $(patsubst %.c,%.o,$(filter %.c,$(filter-out $(addprefix chapters/$(1)/,\
+                   $(PROGRAM_FILES)),$(call chapter_srcs,$(1)))))
 fuzz_chapter_objs = $(patsubst $(OBJ)/%/main.o,$(FUZZ_OBJ)/%/main.nomain.o,\
                       $(patsubst $(OBJ)/%/api.o,$(FUZZ_OBJ)/%/api.o,\
-                        $(call chapter_program_objs,$(1)) $(call chapter_lib_objs,$(1))))
+                        $(filter-out $(addprefix $(OBJ)/,$(call fuzz_chapter_c,$(1))),\
+                          $(call chapter_program_objs,$(1)) $(call chapter_lib_objs,$(1))))) \
+                    $(addprefix $(FUZZ_OBJ)/,$(call fuzz_chapter_c,$(1)))
 FUZZ_LINK_OBJS := $(COMMON_C:%.c=$(FUZZ_OBJ)/%.o) \
                   $(foreach c,$(CHAPTERS),$(call fuzz_chapter_objs,$(c)))
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ)/bin/%)
@@ -124,7 +133,7 @@ help:
 	@echo "make chapter-NN    build chapter NN; ./run then runs it"
 	@echo "make test          run every test (GPU tests skip without a GPU, which builds one arch)"
 	@echo "make test-asan     the tests again, host C code under AddressSanitizer and UBSan (build/asan)"
-	@echo "make fuzz          libFuzzer on the flag and shape parsers, FUZZ_SECONDS (60) each (clang)"
+	@echo "make fuzz          libFuzzer on the parsers and the IDX loader, FUZZ_SECONDS (60) each (clang)"
 	@echo "make run           every chapter's ladder at its default size"
 	@echo "make bench         every chapter's size sweep into bench/results/<gpu>/"
 	@echo "make plots         plots/*.svg from the CSVs (gnuplot)"
@@ -142,9 +151,9 @@ toolkit:
 	  echo "cudnn.h not found: install cuDNN 9 for your CUDA (the vendor rungs need it)"; \
 	  exit 3; fi
 
-# Debian packages: Criterion for the tests, gnuplot for the plots; `make fuzz` adds clang and
-# its libFuzzer runtime where they are missing.
-DEPS_PKGS := libcriterion-dev gnuplot-nox python3
+# Debian packages: Criterion for the tests, gnuplot for the plots, zlib and Fashion-MNIST for
+# chapter 10; `make fuzz` adds clang and its libFuzzer runtime where they are missing.
+DEPS_PKGS := libcriterion-dev gnuplot-nox python3 zlib1g-dev dataset-fashion-mnist
 deps:
 	@pkgs="$(DEPS_PKGS)"; \
 	sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -152,8 +161,8 @@ deps:
 	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$pkgs
 
 deps-test:
-	@[ -f /usr/include/criterion/criterion.h ] && command -v python3 >/dev/null || \
-	  $(MAKE) --no-print-directory deps
+	@[ -f /usr/include/criterion/criterion.h ] && [ -f /usr/include/zlib.h ] && \
+	  command -v python3 >/dev/null || $(MAKE) --no-print-directory deps
 
 deps-plots:
 	@command -v gnuplot >/dev/null || $(MAKE) --no-print-directory deps
@@ -254,7 +263,7 @@ test-asan-run: $(BUILD)/bin/tests $(CEILING) $(COPY_CEILING)
 
 # make fuzz [FUZZ_SECONDS=60]: each target for FUZZ_SECONDS on a fresh copy of its seeds,
 # tests/fuzz/corpus/<target>/, in $(FUZZ)/corpus/<target>/ (tests/fuzz is never written), one
-# input at most FUZZ_MAX_LEN bytes and 1 s (-timeout=1), with the words of
+# input at most FUZZ_MAX_LEN bytes (or the target's own) and 1 s (-timeout=1), with the words of
 # tests/fuzz/<target>.dict and value profiles (which steer inputs toward the limits that the
 # parsers compare with). A crash, a sanitizer report (leaks included), a timeout or running out
 # of memory fails the target, and the input is kept in $(FUZZ)/artifacts/<target>/. The targets
@@ -267,7 +276,7 @@ $(FUZZ_TARGETS:%=fuzz-run-%): fuzz-run-%: $(FUZZ)/bin/%
 	@echo "fuzz $*: $(FUZZ_SECONDS) s from $$(ls $(FUZZ)/corpus/$* | wc -l) seeds" \
 	  "(log: $(FUZZ)/$*.log)"
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	$(FUZZ)/bin/$* -max_total_time=$(FUZZ_SECONDS) -timeout=1 -max_len=$(FUZZ_MAX_LEN) \
+	$(FUZZ)/bin/$* -max_total_time=$(FUZZ_SECONDS) -timeout=1 -max_len=$(call fuzz_max_len,$*) \
 	  -use_value_profile=1 $(if $(wildcard tests/fuzz/$*.dict),-dict=tests/fuzz/$*.dict) \
 	  -print_final_stats=1 -artifact_prefix=$(FUZZ)/artifacts/$*/ $(FUZZ)/corpus/$* \
 	  > $(FUZZ)/$*.log 2>&1; status=$$?; \
@@ -284,18 +293,21 @@ $(FUZZ_TARGETS:%=fuzz-run-%): fuzz-run-%: $(FUZZ)/bin/%
 	  exit 1; \
 	fi
 
-# Each chapter's table, one KL_CHAPTER(name) line a chapter, for tests/fuzz/fuzz.h.
+# Each chapter's rung table, one KL_CHAPTER(name) line a table, for tests/fuzz/fuzz.h (chapter
+# 10's program has none: its rows are epochs). A table spelled otherwise than the sed expects
+# would be missed silently, so the two counts must agree.
 $(FUZZ)/fuzz_chapters.h: $(CHAPTERS:%=chapters/%/main.cu)
 	@mkdir -p $(dir $@)
 	@sed -n 's/^extern "C" const struct chapter \([A-Za-z0-9_]*\) = {.*/KL_CHAPTER(\1)/p' $^ > $@.tmp
-	@[ "$$(wc -l < $@.tmp)" = $(words $(CHAPTERS)) ] || { echo "$@: found" \
+	@tables=$$(grep -l 'struct chapter [A-Za-z0-9_]* = {' $^ | wc -l); \
+	[ "$$(wc -l < $@.tmp)" = "$$tables" ] || { echo "$@: found" \
 	  "$$(wc -l < $@.tmp) chapter tables (extern \"C\" const struct chapter NAME = {)" \
-	  "in $(words $(CHAPTERS)) main.cu"; exit 1; }
+	  "in the $$tables main.cu that define one"; exit 1; }
 	@mv $@.tmp $@
 
 $(FUZZ_OBJ)/tests/fuzz/%.o: tests/fuzz/%.c $(FUZZ)/fuzz_chapters.h | deps-fuzz toolkit
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Ichapters -MMD -MP -c $< -o $@
 
 $(FUZZ_OBJ)/%.o: %.c | deps-fuzz toolkit
 	@mkdir -p $(dir $@)
@@ -334,11 +346,22 @@ SANITIZE_FLAGS := --preset sanitize --iters 2 --warmup 1 --no-graph
 # also runs alone at a shape it takes.
 SANITIZE_MMA_SYNC := $(BUILD)/bin/05-matmul --variant vendor_mma_sync --dtype fp16 --shape 37x40x48 \
 	--iters 2 --warmup 1 --no-graph
+# Chapter 09's other two presets reach its strided and 2D kernels; chapter 10 trains two steps
+# of every variant at its sanitize batch (its data from SANITIZE_DATA).
+SANITIZE_DATA ?= /usr/share/datasets/fashion-mnist
+SANITIZE_MORE := "$(BUILD)/bin/09-conv-backward-weight --preset sanitize-stride --iters 2 --warmup 1 --no-graph" \
+	"$(BUILD)/bin/09-conv-backward-weight --preset sanitize-2d --iters 2 --warmup 1 --no-graph"
+SANITIZE_FLAGS_10 := --preset sanitize --steps 2 --cpu-steps 1 --data $(SANITIZE_DATA)
 sanitize: toolkit $(PROGRAMS) $(CEILING) $(COPY_CEILING)
 	@command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found (it ships with the CUDA toolkit)"; exit 3; }
 	@set -e; for p in $(PROGRAMS); do for tool in memcheck racecheck; do \
-	  echo "== $$tool $$p"; \
-	  compute-sanitizer --tool $$tool --error-exitcode 1 $$p $(SANITIZE_FLAGS); \
+	  flags="$(SANITIZE_FLAGS)"; case $$p in */10-train-cnn) flags="$(SANITIZE_FLAGS_10)";; esac; \
+	  echo "== $$tool $$p $$flags"; \
+	  compute-sanitizer --tool $$tool --error-exitcode 1 $$p $$flags; \
+	done; done; \
+	for run in $(SANITIZE_MORE); do for tool in memcheck racecheck; do \
+	  echo "== $$tool $$run"; \
+	  compute-sanitizer --tool $$tool --error-exitcode 1 $$run; \
 	done; done; \
 	for tool in memcheck racecheck; do \
 	  echo "== $$tool $(CEILING)"; \
