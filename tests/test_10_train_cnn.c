@@ -992,6 +992,16 @@ Test(cnn_gpu, unfused_fp16_batch_8, NEEDS_GPU)
     expect_step_right((struct step_case){0, DT_FP16, 8, 0});
 }
 
+Test(cnn_gpu, pool_relu_fused_alone_fp32_batch_5, NEEDS_GPU)
+{
+    expect_step_right((struct step_case){0, DT_FP32, 5, CNN_FUSE_POOL_RELU});
+}
+
+Test(cnn_gpu, fc2_fused_alone_fp16_batch_5, NEEDS_GPU)
+{
+    expect_step_right((struct step_case){0, DT_FP16, 5, CNN_FUSE_FC2});
+}
+
 /* An epoch of graph replays (two full batches and a shorter last one, each taking its batch by
  * the device's step counter) must leave the weights that the same steps launched one by one
  * leave, and count and log the same. Not to the bit: chapter 02's bias gradient of a linear

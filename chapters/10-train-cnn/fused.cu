@@ -58,3 +58,92 @@ extern "C" void cnn_pool_relu_backward(const void *d_pooled, const uint8_t *argm
                                                       windows, ow);
     LAUNCH_CHECK();
 }
+
+/* Two fusions of the last layer, whose products are too thin for a matrix kernel: 10 classes.
+ *
+ * Forward: logits = fc1 W2^T + b2, a row of 128 against 10 rows of W2. A warp a row: each lane
+ * holds 4 of the 128 inputs and 4 x 10 weights' products, the warp sums each class with
+ * shuffles, and lane c < 10 adds the bias and writes class c: one launch for the product and
+ * the bias, W2 (5 KB in fp32) read through L1 by every warp.
+ * Backward: d_fc1 = (d_logits W2) * ReLU'(fc1), 10 multiply-adds an element, in the same pass as
+ * the ReLU's gradient: one launch where chapter 05's product and chapter 01's ReLU take two. */
+#define ROWS_A_BLOCK (THREADS / 32)
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS)
+    fc2_forward(const T *__restrict__ fc1, const T *__restrict__ w2, const T *__restrict__ b2,
+                T *__restrict__ logits, int rows)
+{
+    const int row = blockIdx.x * ROWS_A_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows)
+        return;
+    float in[CNN_HIDDEN / 32];
+#pragma unroll
+    for (int e = 0; e < CNN_HIDDEN / 32; e++)
+        in[e] = to_float(fc1[(int64_t)row * CNN_HIDDEN + lane + 32 * e]);
+    float mine = 0.f;
+#pragma unroll
+    for (int c = 0; c < CNN_CLASSES; c++) {
+        float sum = 0.f;
+#pragma unroll
+        for (int e = 0; e < CNN_HIDDEN / 32; e++)
+            sum = fmaf(in[e], to_float(w2[c * CNN_HIDDEN + lane + 32 * e]), sum);
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2)
+            sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        mine = lane == c ? sum : mine;
+    }
+    if (lane < CNN_CLASSES)
+        logits[(int64_t)row * CNN_CLASSES + lane] = from_float<T>(mine + to_float(b2[lane]));
+}
+
+template <typename T>
+__global__ void fc2_input_gradient(const T *__restrict__ d_logits, const T *__restrict__ w2,
+                                   const T *__restrict__ fc1, T *__restrict__ d_fc1, int rows)
+{
+    const int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x;
+    if (i >= (int64_t)rows * CNN_HIDDEN)
+        return;
+    const int64_t row = i / CNN_HIDDEN;
+    const int j = (int)(i % CNN_HIDDEN);
+    float sum = 0.f;
+#pragma unroll
+    for (int c = 0; c < CNN_CLASSES; c++)
+        sum = fmaf(to_float(d_logits[row * CNN_CLASSES + c]), to_float(w2[c * CNN_HIDDEN + j]),
+                   sum);
+    d_fc1[i] = from_float<T>(to_float(fc1[i]) > 0.f ? sum : 0.f);
+}
+
+template <typename T>
+static void fc2_forward_as(const void *fc1, const void *w2, const void *b2, void *logits,
+                           int rows, cudaStream_t s)
+{
+    const unsigned blocks = (unsigned)((rows + ROWS_A_BLOCK - 1) / ROWS_A_BLOCK);
+    fc2_forward<<<blocks, THREADS, 0, s>>>((const T *)fc1, (const T *)w2, (const T *)b2,
+                                           (T *)logits, rows);
+}
+
+template <typename T>
+static void fc2_input_gradient_as(const void *d_logits, const void *w2, const void *fc1,
+                                  void *d_fc1, int rows, cudaStream_t s)
+{
+    const unsigned blocks = (unsigned)(((int64_t)rows * CNN_HIDDEN + THREADS - 1) / THREADS);
+    fc2_input_gradient<<<blocks, THREADS, 0, s>>>((const T *)d_logits, (const T *)w2,
+                                                  (const T *)fc1, (T *)d_fc1, rows);
+}
+
+extern "C" void cnn_fc2_forward(const void *fc1, const void *w2, const void *b2, void *logits,
+                                int rows, enum dtype t, cudaStream_t s)
+{
+    t == DT_FP32 ? fc2_forward_as<float>(fc1, w2, b2, logits, rows, s)
+                 : fc2_forward_as<__half>(fc1, w2, b2, logits, rows, s);
+    LAUNCH_CHECK();
+}
+
+extern "C" void cnn_fc2_input_gradient(const void *d_logits, const void *w2, const void *fc1,
+                                       void *d_fc1, int rows, enum dtype t, cudaStream_t s)
+{
+    t == DT_FP32 ? fc2_input_gradient_as<float>(d_logits, w2, fc1, d_fc1, rows, s)
+                 : fc2_input_gradient_as<__half>(d_logits, w2, fc1, d_fc1, rows, s);
+    LAUNCH_CHECK();
+}

@@ -31,10 +31,12 @@
 #define CHECK_BATCH 8
 #define TEST_BATCH 1000
 
-/* v1_library is ours with no fusion: the step as one library call an operation. */
-enum variant { V_LIBRARY, V_OURS, V_VENDOR, V_CPU, VARIANTS };
-static const char *const variant_name[VARIANTS] = {"v1_library", "ours", "vendor", "cpu"};
-static const unsigned variant_fusions[VARIANTS] = {0, CNN_ALL_FUSIONS, 0, 0};
+/* The step's rungs: v1_library, one library call an operation; v2_pool_relu, each pool's
+ * backward fused with its ReLU's; ours, every fusion of fused.cu (the last layer's too). */
+enum variant { V_LIBRARY, V_POOL_RELU, V_OURS, V_VENDOR, V_CPU, VARIANTS };
+static const char *const variant_name[VARIANTS] = {"v1_library", "v2_pool_relu", "ours",
+                                                   "vendor", "cpu"};
+static const unsigned variant_fusions[VARIANTS] = {0, CNN_FUSE_POOL_RELU, CNN_ALL_FUSIONS, 0, 0};
 
 struct preset {
     const char *name, *batches, *about;
@@ -107,8 +109,8 @@ static int parse_variants(const char *v, struct options *o, char *err, size_t le
 {
     char copy[256];
     if (!v || strlen(v) >= sizeof copy)
-        return usage(err, len, "--variant: wants v1_library, ours, vendor, cpu or all%s%s", "",
-                     "");
+        return usage(err, len, "--variant: wants v1_library, v2_pool_relu, ours, vendor, cpu or "
+                     "all%s%s", "", "");
     strcpy(copy, v);
     memset(o->run, 0, sizeof o->run);
     for (char *tok = strtok(copy, ","); tok; tok = strtok(NULL, ",")) {
@@ -117,8 +119,8 @@ static int parse_variants(const char *v, struct options *o, char *err, size_t le
             if (!strcmp(tok, variant_name[i]) || !strcmp(tok, "all"))
                 o->run[i] = found = 1;
         if (!found)
-            return usage(err, len, "--variant: '%s' is none of v1_library, ours, vendor, cpu, "
-                         "all%s", tok, "");
+            return usage(err, len, "--variant: '%s' is none of v1_library, v2_pool_relu, ours, "
+                         "vendor, cpu, all%s", tok, "");
     }
     return 0;
 }
@@ -233,7 +235,8 @@ static int parse_flags(int argc, char **argv, struct options *o, char *err, size
 static void print_help(void)
 {
     printf("usage: ./run [flags]   (" PROGRAM ": one epoch of a small CNN on Fashion-MNIST)\n"
-           "  --variant LIST|all   v1_library, ours, vendor (cuDNN + cuBLAS), cpu (default all)\n"
+           "  --variant LIST|all   v1_library, v2_pool_relu, ours, vendor (cuDNN + cuBLAS), cpu\n"
+           "                       (default all)\n"
            "  --dtype fp32|fp16|all\n"
            "  --batch LIST         batch sizes, e.g. 32,128,1024 (--shape is the same flag)\n"
            "  --preset NAME        default (128), seed (32 to 1024), large (1024), small (32),\n"
@@ -257,13 +260,15 @@ static void print_help(void)
 static void print_list(void)
 {
     printf("variants of " PROGRAM ":\n"
-           "  v1_library the step as one call of chapters 01-09's api.h an operation\n"
-           "  ours       v1_library with the fusions of fused.cu, one CUDA graph a step\n"
-           "  vendor     the same step on cuDNN and cuBLAS, graphed the same way\n"
-           "  cpu        the CPU reference (reference.c), a few steps, in double\n"
+           "  v1_library   the step as one call of chapters 01-09's api.h an operation\n"
+           "  v2_pool_relu v1 with each pool's backward fused with its ReLU's (fused.cu)\n"
+           "  ours         v2 with fc2's product, bias and input gradient fused too\n"
+           "  vendor       the same step on cuDNN and cuBLAS, graphed the same way\n"
+           "  cpu          the CPU reference (reference.c), a few steps, in double\n"
+           "every GPU row replays one CUDA graph a step (--no-graph: launches)\n"
            "presets:\n");
     for (int i = 0; i < N_PRESETS; i++)
-        printf("  %-8s batch %s: %s\n", presets[i].name, presets[i].batches, presets[i].about);
+        printf("  %-12s batch %s: %s\n", presets[i].name, presets[i].batches, presets[i].about);
 }
 
 /* ---- rows ---- */
@@ -311,7 +316,7 @@ static double min_of(const double *v, int n, int sign)
 
 static void print_header(void)
 {
-    printf("%-10s %-5s %6s %10s %11s %8s %9s %8s %9s  %s\n", "variant", "dtype", "batch",
+    printf("%-12s %-5s %6s %10s %11s %8s %9s %8s %9s  %s\n", "variant", "dtype", "batch",
            "epoch (s)", "images/s", "loss", "train %", "test %", "x vendor", "check");
 }
 
@@ -328,7 +333,7 @@ static void print_row(const struct row *r, int images)
     char test[16] = "-";
     if (r->test_acc >= 0)
         snprintf(test, sizeof test, "%.2f", 100 * r->test_acc);
-    printf("%-10s %-5s %6d %10.4f %11.0f %8.4f %9.2f %8s %9s  %s%s\n", variant_name[r->v],
+    printf("%-12s %-5s %6d %10.4f %11.0f %8.4f %9.2f %8s %9s  %s%s\n", variant_name[r->v],
            dtype_name(r->t), r->batch, s, images / s, r->loss, 100 * r->train_acc, test, vendor,
            check, r->v == V_CPU ? ", epoch extrapolated" : "");
     fflush(stdout);

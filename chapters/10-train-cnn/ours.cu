@@ -8,7 +8,10 @@
  * Backward: fc2's dW (ATB) and db (chapter 02), d_fc1 (AB), ReLU', fc1's dW and db, d_pool2,
  *           pool2', ReLU', conv2's dW+db (chapter 09) and dx (chapter 08), pool1', ReLU',
  *           conv1's dW+db. conv1's input gradient is never needed.
- * Update:   one SGD kernel over the flat parameters. */
+ * Update:   one SGD kernel over the flat parameters.
+ * The state's fusions (step.h) replace some of these calls by fused.cu's kernels: each pool's
+ * backward with the ReLU's (two launches and a round trip of dz become one), fc2's product
+ * with its bias, and its input gradient with fc1's ReLU'. */
 #include <stdio.h>
 
 #include "01-relu/api.h"
@@ -116,11 +119,34 @@ static void forward(struct cnn_state *st, const struct layers *l, const struct c
     cnn_mark(st, "fc1 forward", s);
     cnn_bias_act_rows(st->fc1, cnn_param(st, p, CNN_FC1_B), n, CNN_HIDDEN, 1, t, s);
     cnn_mark(st, "fc1 bias + ReLU", s);
+    if (st->fusions & CNN_FUSE_FC2) {
+        cnn_fc2_forward(st->fc1, cnn_param(st, p, CNN_FC2_W), cnn_param(st, p, CNN_FC2_B),
+                        st->logits, n, t, s);
+        cnn_mark(st, "fc2 forward + bias", s);
+        return;
+    }
     matmul(MATMUL_ABT, st->fc1, cnn_param(st, p, CNN_FC2_W), st->logits,
            (struct matmul_dims){n, CNN_CLASSES, CNN_HIDDEN}, t, s);
     cnn_mark(st, "fc2 forward", s);
     cnn_bias_act_rows(st->logits, cnn_param(st, p, CNN_FC2_B), n, CNN_CLASSES, 0, t, s);
     cnn_mark(st, "fc2 bias", s);
+}
+
+/* d_fc1 = (d_logits W2) * ReLU'(fc1): fused, or chapter 05's product then chapter 01's ReLU'. */
+static void fc1_output_gradient(struct cnn_state *st, int n, cudaStream_t s)
+{
+    void *w2 = cnn_param(st, st->params, CNN_FC2_W);
+    if (st->fusions & CNN_FUSE_FC2) {
+        cnn_fc2_input_gradient(st->d_logits, w2, st->fc1, st->d_fc1, n, st->t, s);
+        cnn_mark(st, "fc1 output gradient + ReLU'", s);
+        return;
+    }
+    matmul(MATMUL_AB, st->d_logits, w2, st->d_fc1, (struct matmul_dims){n, CNN_HIDDEN, CNN_CLASSES},
+           st->t, s);
+    cnn_mark(st, "fc1 output gradient", s);
+    relu_backward(st->fc1, st->d_fc1, st->d_fc1, (struct relu_dims){(size_t)n * CNN_HIDDEN}, st->t,
+                  s);
+    cnn_mark(st, "fc1 ReLU backward", s);
 }
 
 /* dz = ReLU'(a) * pool'(d_pooled): fused into one kernel, or chapter 06's backward then
@@ -152,11 +178,7 @@ static void backward(struct cnn_state *st, const struct layers *l, const struct 
     bias_grad(st->d_logits, cnn_param(st, g, CNN_FC2_B),
               (struct bias_grad_dims){n, CNN_CLASSES, 1, 1}, t, ws->at[WS_BIAS_FC2], s);
     cnn_mark(st, "fc2 bias gradient", s);
-    matmul(MATMUL_AB, st->d_logits, cnn_param(st, p, CNN_FC2_W), st->d_fc1,
-           (struct matmul_dims){n, CNN_HIDDEN, CNN_CLASSES}, t, s);
-    cnn_mark(st, "fc1 output gradient", s);
-    relu_backward(st->fc1, st->d_fc1, st->d_fc1, (struct relu_dims){(size_t)n * CNN_HIDDEN}, t, s);
-    cnn_mark(st, "fc1 ReLU backward", s);
+    fc1_output_gradient(st, n, s);
 
     matmul(MATMUL_ATB, st->d_fc1, st->pool2, cnn_param(st, g, CNN_FC1_W),
            (struct matmul_dims){CNN_HIDDEN, CNN_FLAT, n}, t, s);

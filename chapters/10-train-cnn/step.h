@@ -38,8 +38,9 @@ static inline int64_t cnn_device_offset(int i)
 /* The fusions ours may use (the chapter's rungs switch them on one by one). */
 enum cnn_fusion {
     CNN_FUSE_POOL_RELU = 1u << 0, /* a pool's backward and the ReLU's before it: fused.cu */
+    CNN_FUSE_FC2 = 1u << 1,       /* fc2's product with its bias, its input gradient with ReLU' */
 };
-#define CNN_ALL_FUSIONS (CNN_FUSE_POOL_RELU)
+#define CNN_ALL_FUSIONS (CNN_FUSE_POOL_RELU | CNN_FUSE_FC2)
 
 struct cnn_state {
     enum dtype t;
@@ -121,6 +122,12 @@ void cnn_bias_act_rows(void *y, const void *bias, int64_t rows, int64_t cols, in
 void cnn_pool_relu_backward(const void *d_pooled, const uint8_t *argmax, const void *activation,
                             void *dz, int64_t planes, int oh, int ow, enum dtype t,
                             cudaStream_t s);
+
+/* fc2 (128 -> 10) fused: logits = fc1 W2^T + b2; d_fc1 = (d_logits W2) * ReLU'(fc1). */
+void cnn_fc2_forward(const void *fc1, const void *w2, const void *b2, void *logits, int rows,
+                     enum dtype t, cudaStream_t s);
+void cnn_fc2_input_gradient(const void *d_logits, const void *w2, const void *fc1, void *d_fc1,
+                            int rows, enum dtype t, cudaStream_t s);
 
 /* Ours: one step through the library (forward, loss, backward, update) on `batch` images.
  * The workspace layout: each region's offset, for batches up to max_batch; returns the total. */
