@@ -190,16 +190,25 @@ Test(api_gpu, softmax_backward_takes_every_branch, NEEDS_GPU)
                           COUNT(softmax_backward_cases));
 }
 
-/* Matmul A B: up to 2^27 multiply-adds (512^3 included) v3 in fp32, and in fp16 where N or K
- * is no multiple of 8; else v10 in fp16 on compute capability 9.0 (which runs v9 itself where
- * N or K is no multiple of 8: 600x517x515), and v7 in fp32 above 2^27 (520^3). The full
+/* Matmul A B: v11 where M or N is under 128, v7's 128 x 128 tiles would be fewer than the SMs
+ * (132 on the H200) and K is 64 or more, in fp32 always, in fp16 up to 2^27 multiply-adds where N or K is no
+ * multiple of 8 (17x33x65, 1023x77x513; 37x40x48's K of 48 is too short); else up to 2^27 v3 in
+ * fp32, and in fp16 where N or K is no multiple of 8; else v10 in fp16 on compute capability 9.0
+ * (which runs v9 itself where N or K is no multiple of 8: 600x517x515, past 2^27), and v7 in
+ * fp32 (1536x1536x64: 144 tiles of 128 x 128; 520^3 and 600x517x515, past 2^27 but not skinny). A^T B and A B^T: v11 at every shape. The full
  * reference of the largest, 1.6 x 10^8 multiply-adds, takes a fraction of a second. */
 static const struct api_case matmul_cases[] = {
     {0, "1x1x1", "v3", "v3"},             {0, "7x5x3", "v3", "v3"},
-    {0, "17x33x65", "v3", "v3"},          {0, "1023x77x513", "v3", "v3"},
+    {0, "17x33x65", "v11", "v11"},        {0, "1023x77x513", "v11", "v11"},
     {0, "1x8x8", "v3", "v10"},            {0, "37x40x48", "v3", "v10"},
-    {0, "264x136x72", "v3", "v10"},       {0, "512x512x512", "v3", "v10"},
-    {0, "520x520x520", "v7", "v10"},      {0, "600x517x515", "v7", "v9"},
+    {0, "2000x2000x16", "v3", "v10"},     {0, "264x136x72", "v3", "v10"},
+    {0, "512x512x512", "v3", "v10"},      {0, "520x520x520", "v7", "v10"},
+    {0, "600x517x515", "v7", "v9"},      {0, "1536x1536x64", "v7", "v10"},
+    {1, "1x1x1", "v11", "v11"},           {1, "3x5x7", "v11", "v11"},
+    {1, "128x1568x32", "v11", "v11"},     {1, "10x128x1024", "v11", "v11"},
+    {1, "1536x1536x64", "v11", "v11"},    {2, "1x1x1", "v11", "v11"},
+    {2, "33x17x1569", "v11", "v11"},      {2, "32x128x1568", "v11", "v11"},
+    {2, "129x10x1025", "v11", "v11"},     {2, "1536x1536x64", "v11", "v11"},
 };
 
 Test(api_gpu, matmul_takes_every_branch, NEEDS_GPU)
@@ -327,7 +336,10 @@ struct call {
         struct relu_dims relu;
         struct bias_grad_dims bias_grad;
         struct softmax_dims softmax;
-        struct matmul_dims matmul;
+        struct {
+            struct matmul_dims d;
+            enum matmul_form form;
+        } matmul;
         struct maxpool_dims maxpool;
         struct {
             struct conv2d_dims d;
@@ -707,40 +719,50 @@ Test(api_gpu, softmax_called_directly, NEEDS_GPU)
 static void matmul_fn(const struct call *c, void *workspace, cudaStream_t s)
 {
     (void)workspace;
-    matmul(MATMUL_AB, c->in[0], c->in[1], c->out[0], c->d.matmul, c->t, s);
+    matmul(c->d.matmul.form, c->in[0], c->in[1], c->out[0], c->d.matmul.d, c->t, s);
 }
 
-static void matmul_call(struct call *c, enum dtype t, struct matmul_dims d, const char *rung,
-                        struct rng *r)
+static void matmul_call(struct call *c, enum matmul_form form, enum dtype t,
+                        struct matmul_dims d, const char *rung, struct rng *r)
 {
-    call_init(c, t, rung, "matmul %s %lldx%lldx%lld", dtype_name(t), (long long)d.m,
-              (long long)d.n, (long long)d.k);
+    static const char *const names[] = {"A B", "A^T B", "A B^T"};
+    call_init(c, t, rung, "matmul %s %s %lldx%lldx%lld", names[form], dtype_name(t),
+              (long long)d.m, (long long)d.n, (long long)d.k);
     const size_t a_count = (size_t)(d.m * d.k), b_count = (size_t)(d.k * d.n);
-    c->d.matmul = d;
+    c->d.matmul.d = d;
+    c->d.matmul.form = form;
     c->launch = matmul_fn;
     c->reduction_len = (size_t)d.k;
     void *a = random_host(t, a_count, r, -1, 1), *b = random_host(t, b_count, r, -1, 1);
     add_input(c, a, a_count * dtype_size(t));
     add_input(c, b, b_count * dtype_size(t));
-    matmul_reference(a, b, t, d, add_output(c, t, (size_t)(d.m * d.n)));
+    matmul_reference_form(form, a, b, t, d, add_output(c, t, (size_t)(d.m * d.n)));
 }
 
-/* v10's tensor maps are encoded on the host for every call's pointers: in a graph beside v3
- * and v7, and two v10 products at once on two streams. */
+/* v10's tensor maps are encoded on the host for every call's pointers, and v11 launches
+ * clusters: in a graph beside v7 (the fc1 forward A B^T and weight gradient A^T B of
+ * chapter 10's batch 32 on v11), and two v10 products, then two v11 ones, at once on two
+ * streams. */
 Test(api_gpu, matmul_called_directly, NEEDS_GPU)
 {
     struct rng r = rng_seeded(14);
-    struct call graph[3], streams[2];
-    matmul_call(&graph[0], DT_FP16, (struct matmul_dims){264, 136, 72}, "v10", &r);
-    matmul_call(&graph[1], DT_FP32, (struct matmul_dims){17, 33, 65}, "v3", &r);
-    matmul_call(&graph[2], DT_FP32, (struct matmul_dims){520, 520, 520}, "v7", &r);
-    expect_verified_in_one_graph(graph, 3);
-    matmul_call(&streams[0], DT_FP16, (struct matmul_dims){264, 136, 72}, "v10", &r);
-    matmul_call(&streams[1], DT_FP16, (struct matmul_dims){136, 264, 72}, "v10", &r);
+    struct call graph[4], streams[4];
+    matmul_call(&graph[0], MATMUL_AB, DT_FP16, (struct matmul_dims){264, 136, 72}, "v10", &r);
+    matmul_call(&graph[1], MATMUL_ABT, DT_FP32, (struct matmul_dims){32, 128, 1568}, "v11", &r);
+    matmul_call(&graph[2], MATMUL_AB, DT_FP32, (struct matmul_dims){1536, 1536, 64}, "v7", &r);
+    matmul_call(&graph[3], MATMUL_ATB, DT_FP16, (struct matmul_dims){128, 1568, 32}, "v11", &r);
+    expect_verified_in_one_graph(graph, 4);
+    matmul_call(&streams[0], MATMUL_AB, DT_FP16, (struct matmul_dims){264, 136, 72}, "v10", &r);
+    matmul_call(&streams[1], MATMUL_AB, DT_FP16, (struct matmul_dims){136, 264, 72}, "v10", &r);
     expect_verified_on_two_streams(&streams[0], &streams[1]);
-    for (int i = 0; i < 3; i++)
+    matmul_call(&streams[2], MATMUL_ABT, DT_FP32, (struct matmul_dims){33, 17, 1569}, "v11",
+                &r);
+    matmul_call(&streams[3], MATMUL_ATB, DT_FP32, (struct matmul_dims){10, 128, 1024}, "v11",
+                &r);
+    expect_verified_on_two_streams(&streams[2], &streams[3]);
+    for (int i = 0; i < 4; i++)
         call_free(&graph[i]);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
         call_free(&streams[i]);
 }
 

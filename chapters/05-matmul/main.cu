@@ -1,7 +1,11 @@
 /* Chapter 05, matmul: the rung table and the program.
  *
- * Shapes are N (a square N x N x N product) or MxNxK: C (M x N) = A (M x K) B (K x N), all
- * row-major. One pass, fwd: reads A and B, writes C. */
+ * Shapes are N (a square N x N x N product) or MxNxK, C being M x N, all matrices row-major.
+ * Three passes, each reading A and B and writing C, the same sizes and FLOPs:
+ *   fwd  C = A B      A stored M x K, B stored K x N
+ *   atb  C = A^T B    A stored K x M (a weight gradient's product), B stored K x N
+ *   abt  C = A B^T    A stored M x K, B stored N x K (a linear layer's forward)
+ * v1 to v10 compute fwd alone; v11, the api row and the vendor rung all three. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -12,8 +16,8 @@
 #define FULL_REFERENCE_MACS (1ll << 31)
 #define SAMPLED 16
 
-/* M and N index the grid's y dimension in some rungs: 65535 blocks of 16 rows (v3's tiles, the
- * exercise's and the api's transposed forms). */
+/* M and N index the grid's y dimension in some rungs: 65535 blocks of 16 rows (v3's tiles and
+ * the exercise's). */
 #define MAX_MN (65535 * 16)
 
 /* describe() has written every shape as MxNxK. */
@@ -23,6 +27,10 @@ static struct matmul_dims dims_of(const struct problem *p)
     const struct matmul_dims md = {d[0], d[1], d[2]};
     return md;
 }
+
+/* The passes, in api.h's order of the forms. */
+enum { FWD, ATB, ABT };
+static const enum matmul_form form_of_pass[] = {MATMUL_AB, MATMUL_ATB, MATMUL_ABT};
 
 #define ADAPT(v)                                                                               \
     static void fwd_##v(const struct launch_args *a, cudaStream_t s)                           \
@@ -39,15 +47,19 @@ ADAPT(v7)
 ADAPT(v8)
 ADAPT(v9)
 ADAPT(v10)
-ADAPT(vendor)
 ADAPT(vendor_mma_sync)
 ADAPT(exercise)
 
-/* The library call, api.h's matmul in its A B form: it picks the rung. */
-static void fwd_api(const struct launch_args *a, cudaStream_t s)
-{
-    matmul(MATMUL_AB, a->in[0], a->in[1], a->out[0], dims_of(a->p), a->p->dtype, s);
-}
+/* The rungs of every form: the pass says which. */
+#define ADAPT_FORMS(v, call)                                                                   \
+    static void v##_form(const struct launch_args *a, cudaStream_t s)                          \
+    {                                                                                          \
+        call(form_of_pass[a->p->pass], a->in[0], a->in[1], a->out[0], dims_of(a->p),          \
+             a->p->dtype, s);                                                                  \
+    }
+ADAPT_FORMS(v11, matmul_v11)
+ADAPT_FORMS(vendor, matmul_vendor_form)
+ADAPT_FORMS(api, matmul) /* the library call, api.h's matmul: it picks the rung */
 
 static const char *v10_why_not(const struct problem *p)
 {
@@ -80,8 +92,15 @@ static const struct rung rungs[] = {
     {.name = "v10_wgmma", .idea = "Hopper warpgroup MMA fed by TMA: producer and consumers",
      .launch = {fwd_v10}, .dtypes = 1u << DT_FP16, .min_cc = 90, .unsupported = v10_why_not,
      .shown_for_error = NULL},
-    RUNG("api", api, "the library: api.h's matmul picks the rung"),
-    RUNG("vendor", vendor, "cuBLAS: Sgemm in pedantic math (no TF32), GemmEx fp16/fp32"),
+    {.name = "v11_split_k_cluster", .idea = "small tiles, K split over a cluster, every form",
+     .launch = {v11_form, v11_form, v11_form}, .dtypes = DT_FLOATS, .min_cc = 0,
+     .unsupported = NULL, .shown_for_error = NULL},
+    {.name = "api", .idea = "the library: api.h's matmul picks the rung",
+     .launch = {api_form, api_form, api_form}, .dtypes = DT_FLOATS, .min_cc = 0,
+     .unsupported = NULL, .shown_for_error = NULL},
+    {.name = "vendor", .idea = "cuBLAS: Sgemm in pedantic math (no TF32), GemmEx fp16/fp32",
+     .launch = {vendor_form, vendor_form, vendor_form}, .dtypes = DT_FLOATS, .min_cc = 0,
+     .unsupported = NULL, .shown_for_error = NULL},
     {.name = "vendor_mma_sync", .idea = "cuBLAS's fastest kernel built for sm_80 (mma.sync), as v9",
      .launch = {fwd_vendor_mma_sync}, .dtypes = 1u << DT_FP16, .min_cc = 80,
      .unsupported = vendor_mma_sync_why_not, .shown_for_error = NULL},
@@ -150,11 +169,13 @@ static void describe(struct problem *p)
         p->shape.dim[1] = p->shape.dim[2] = p->shape.dim[0];
         shape_format(&p->shape);
     }
+    /* Every pass reads an A of M K elements and a B of K N: stored M x K and K x N for fwd, A
+     * stored K x M for atb, B stored N x K for abt. */
     const struct matmul_dims d = dims_of(p);
     const enum dtype t = p->dtype;
     p->n_in = 2;
-    p->in[0] = tensor_of("A", t, (size_t)(d.m * d.k));
-    p->in[1] = tensor_of("B", t, (size_t)(d.k * d.n));
+    p->in[0] = tensor_of(p->pass == ATB ? "A (K x M)" : "A (M x K)", t, (size_t)(d.m * d.k));
+    p->in[1] = tensor_of(p->pass == ABT ? "B (N x K)" : "B (K x N)", t, (size_t)(d.k * d.n));
     p->n_out = 1;
     p->out[0] = tensor_of("C", t, (size_t)(d.m * d.n));
     p->bytes = (double)(d.m * d.k + d.k * d.n + d.m * d.n) * (double)dtype_size(t);
@@ -172,19 +193,21 @@ static void fill(struct problem *p, struct rng *r)
 static void reference(struct problem *p)
 {
     const struct matmul_dims d = dims_of(p);
+    const enum matmul_form form = form_of_pass[p->pass];
     if ((double)d.m * (double)d.n * (double)d.k <= (double)FULL_REFERENCE_MACS)
-        matmul_reference(p->host_in[0], p->host_in[1], p->dtype, d, p->ref_out[0]);
+        matmul_reference_form(form, p->host_in[0], p->host_in[1], p->dtype, d, p->ref_out[0]);
     else
-        matmul_reference_sampled(p->host_in[0], p->host_in[1], p->dtype, d, SAMPLED, SAMPLED,
-                                 p->ref_out[0]);
+        matmul_reference_form_sampled(form, p->host_in[0], p->host_in[1], p->dtype, d, SAMPLED,
+                                      SAMPLED, p->ref_out[0]);
 }
 
 extern "C" const struct chapter matmul_chapter = {
     .id = "05-matmul",
     .title = "matmul, C = A B, from a naive kernel to tensor cores",
-    .shape_help = "N for N x N x N, or MxNxK: C (M x N) = A (M x K) B (K x N), row-major",
-    .passes = {"fwd"},
-    .n_passes = 1,
+    .shape_help = "N for N x N x N, or MxNxK: C (M x N) = A (M x K) B (K x N), row-major; "
+                  "pass atb: C = A^T B, A stored K x M; abt: C = A B^T, B stored N x K",
+    .passes = {"fwd", "atb", "abt"},
+    .n_passes = 3,
     .presets = presets,
     .n_presets = sizeof presets / sizeof presets[0],
     .rungs = rungs,

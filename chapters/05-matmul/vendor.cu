@@ -9,7 +9,9 @@
  *  - vendor_mma_sync, fp16: cuBLASLt held to its sm_80 (mma.sync) kernels, v9's yardstick
  *    (below).
  * cuBLAS is column-major; a row-major C = A B is the column-major C^T = B^T A^T, so B goes
- * first and no transposition is needed. */
+ * first and no transposition is needed. The passes atb and abt (A^T B with A stored k x m, A B^T
+ * with B stored n x k) are the same calls, in the same math modes, with the matching operand
+ * transposed (matmul_vendor_form). */
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda.h> /* the driver's types for vendor_mma_sync; its functions: kl_driver_function */
@@ -40,19 +42,33 @@ static cublasHandle_t handle_for(enum dtype t, cudaStream_t s)
     return *mine;
 }
 
-extern "C" void matmul_vendor(const void *a, const void *b, void *c, struct matmul_dims d,
-                              enum dtype t, cudaStream_t s)
+/* The three forms in cuBLAS's column-major terms, C^T = op(B)^T op(A)^T. A row-major matrix
+ * stored r x c is, to cuBLAS, its c x r transpose with leading dimension c. So B comes first:
+ * untransposed where it is stored k x n (ld n), transposed where it is stored n x k (A B^T, ld
+ * k); then A: untransposed where it is stored m x k (ld k), transposed where it is stored k x m
+ * (A^T B, ld m). */
+extern "C" void matmul_vendor_form(enum matmul_form form, const void *a, const void *b, void *c,
+                                   struct matmul_dims d, enum dtype t, cudaStream_t s)
 {
     cublasHandle_t h = handle_for(t, s);
     const int m = (int)d.m, n = (int)d.n, k = (int)d.k;
+    const cublasOperation_t op_b = form == MATMUL_ABT ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = form == MATMUL_ATB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int ld_b = form == MATMUL_ABT ? k : n, ld_a = form == MATMUL_ATB ? m : k;
     const float one = 1.f, zero = 0.f;
     if (t == DT_FP32)
-        CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, (const float *)b,
-                                 n, (const float *)a, k, &zero, (float *)c, n));
+        CUBLAS_CHECK(cublasSgemm(h, op_b, op_a, n, m, k, &one, (const float *)b, ld_b,
+                                 (const float *)a, ld_a, &zero, (float *)c, n));
     else
-        CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, b, CUDA_R_16F, n,
-                                  a, CUDA_R_16F, k, &zero, c, CUDA_R_16F, n, CUBLAS_COMPUTE_32F,
+        CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, n, m, k, &one, b, CUDA_R_16F, ld_b, a,
+                                  CUDA_R_16F, ld_a, &zero, c, CUDA_R_16F, n, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
+}
+
+extern "C" void matmul_vendor(const void *a, const void *b, void *c, struct matmul_dims d,
+                              enum dtype t, cudaStream_t s)
+{
+    matmul_vendor_form(MATMUL_AB, a, b, c, d, t, s);
 }
 
 /* ---- vendor_mma_sync: cuBLAS's own kernels of v9's instruction ----
