@@ -24,12 +24,18 @@ and writes
                                 and <!-- bench:end -->: a line per entry, the best verified rung
                                 at SHAPE and PASS in each dtype, against the vendor, with its
                                 share of the roof (or, for FLOP/s, its TFLOP/s).
+Chapter 10 (10-train-cnn) is different: its rows are epochs, its CSV has four more columns
+(images_per_s, loss, train_acc, test_acc), it keeps its cpu rows (the CPU reference's epoch,
+extrapolated), and its PyTorch rows (pytorch_*) stand beside ours; its section and README block
+are a table per dtype, a row per batch size (see chapter10_tables). Its step-loss log,
+NN-name-loss.csv, is the plot's, not the report's: it is skipped here.
 With --check it writes nothing and exits 1 if any file would change (the tests run it).
 The output depends on the input files only (and $BENCH_GPU), so it is the same bytes every run.
 A malformed CSV stops it with exit status 1 and a message naming the file and line.
 """
 import csv
 import glob
+import math
 import os
 import re
 import sys
@@ -40,16 +46,22 @@ SWEEPS = "bench/sweeps"
 HEADER = ("chapter,pass,variant,dtype,shape,median_us,min_us,max_us,gbps,tflops,pct_roof,"
           "vs_vendor,max_abs_err,rel_err,verified,gpu,cc,cuda,date,ran").split(",")
 OLD_HEADER = HEADER[:-1]    # results written before rows said which rung's kernels ran
+CH10 = "10-train-cnn"       # the CNN's epochs: HEADER and four columns of its own
+CH10_EXTRA = ["images_per_s", "loss", "train_acc", "test_acc"]
+CH10_HEADER = HEADER + CH10_EXTRA
+CH10_ORDER = ["v1_library", "v2_pool_relu", "ours", "vendor", "cpu", "pytorch_loop",
+              "pytorch_resident", "pytorch_graph", "pytorch_compiled_graph"]
 NUMERIC = ["median_us", "min_us", "max_us", "gbps", "tflops", "pct_roof", "vs_vendor",
            "max_abs_err", "rel_err"]
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 SUMMARY = "<!-- bench:summary"
 HEADLINE = "<!-- bench:headline"
 METRICS = ("pct_roof", "tflops", "vs_vendor")
-PASS_ORDER = ["fwd", "bwd", "fwd_bwd", "bwd_input", "bwd_weight", "step"]
+PASS_ORDER = ["fwd", "atb", "abt", "bwd", "fwd_bwd", "bwd_input", "bwd_weight", "step"]
 PASS_NAME = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward and backward",
              "bwd_input": "backward (input)", "bwd_weight": "backward (weight)",
-             "step": "training step"}
+             "step": "training step",
+             "atb": "A^T B", "abt": "A B^T"}     # chapter 05's transposed forms
 DTYPE_ORDER = ["fp32", "fp16"]
 
 
@@ -63,14 +75,16 @@ def read_csv(path, chapter):
     """The rows of one results CSV as dicts, numbers as floats (None where empty)."""
     rows = []
     header = HEADER
+    allowed = (CH10_HEADER,) if chapter == CH10 else (HEADER, OLD_HEADER)
+    numeric = NUMERIC + (CH10_EXTRA if chapter == CH10 else [])
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         for fields in reader:
             where = f"{path}:{reader.line_num}"
             if reader.line_num == 1:
-                if fields not in (HEADER, OLD_HEADER):
+                if fields not in allowed:
                     raise Malformed(f"{where}: the header is not the schema in README.md "
-                                    f"({','.join(HEADER)})")
+                                    f"({','.join(allowed[0])})")
                 header = fields
                 continue
             if not fields:          # a blank line
@@ -81,7 +95,7 @@ def read_csv(path, chapter):
             row.setdefault("ran", "")
             if row["chapter"] != chapter:
                 raise Malformed(f"{where}: chapter is '{row['chapter']}', expected '{chapter}'")
-            for key in NUMERIC:
+            for key in numeric:
                 text = row[key].strip()
                 try:
                     row[key] = float(text) if text else None
@@ -121,10 +135,17 @@ def is_vendor(v):
     return v == "vendor" or v.startswith("vendor_")
 
 
+def is_pytorch(v):
+    """Chapter 10's PyTorch rows (pytorch_loop, pytorch_graph, ...): not ours, not the vendor."""
+    return v.startswith("pytorch_")
+
+
 def is_own_rung(r):
     """A rung's row that timed the rung's own kernels: not the vendor's, not the library call
-    (the api row), not a rung that handed the shape to another rung's kernels."""
-    return not is_vendor(r["variant"]) and r["variant"] != "api" and not r["ran"]
+    (the api row), not a rung that handed the shape to another rung's kernels; nor the CPU
+    reference or PyTorch (chapter 10 keeps those rows)."""
+    return (not is_vendor(r["variant"]) and r["variant"] not in ("api", "cpu")
+            and not is_pytorch(r["variant"]) and not r["ran"])
 
 
 def short(rung):
@@ -319,13 +340,191 @@ def chapter_section(chapter, rows, labels):
 def gpu_section(folder, chapters):
     """chapters: [(chapter, rows)] of one results folder."""
     rows = [r for _, rs in chapters for r in rs]
+    # The CUDA of the programs here; PyTorch's rows carry its own build's (chapter 10 says it).
+    ours = [r for r in rows if not is_pytorch(r["variant"])]
     out = [f"## {distinct(r['gpu'] for r in rows)}", "",
            f"Compute capability {distinct(r['cc'] for r in rows)}, "
-           f"CUDA {distinct(r['cuda'] for r in rows)}, measured {span(r['date'] for r in rows)}; "
+           f"CUDA {distinct(r['cuda'] for r in ours)}, measured {span(r['date'] for r in rows)}; "
            f"results in `{RESULTS}/{folder}/`.", ""]
     for chapter, rs in chapters:
-        out += chapter_section(chapter, rs, load_sweep(chapter))
+        if chapter == CH10:
+            out += chapter10_section(chapter, rs, load_sweep(chapter))
+        else:
+            out += chapter_section(chapter, rs, load_sweep(chapter))
     return out
+
+
+# ---------------------------------------------------------------------------------- chapter 10
+
+def ch10_key(v):
+    """Chapter 10's variants in the order of its tables: its rungs, the vendor, the CPU
+    reference, PyTorch's four ways, then any other by name."""
+    return rank(CH10_ORDER, v)
+
+
+def ch10_name(v):
+    return "cpu (extrapolated)" if v == "cpu" else v
+
+
+def ch10_batches(rows, labels, quiet=False):
+    """The batch sizes of the sweep file (every label, in file order), else of the rows, in
+    increasing order; quiet: no warnings (BENCHMARKS.md's section has given them)."""
+    if labels is None:
+        if not quiet:
+            warn(f"no {SWEEPS}/{CH10}.txt: every batch size of {CH10} goes in its tables")
+        return sorted({r["shape"] for r in rows}, key=lambda b: (len(b), b))
+    batches = list(dict.fromkeys(s for ss in labels.values() for s in ss))
+    extra = sorted({r["shape"] for r in rows} - set(batches), key=lambda b: (len(b), b))
+    if extra and not quiet:
+        warn(f"{CH10}: batch sizes measured but not in {SWEEPS}/{CH10}.txt, left out: "
+             + " ".join(extra))
+    return batches
+
+
+def fmt_s(x):
+    """Seconds to three significant figures, trailing zeros kept (0.0140, 1.20, 93.8, 412)."""
+    if x is None or x <= 0:
+        return "" if x is None else "0"
+    x = float(f"{x:.3g}")
+    if x >= 100:
+        return f"{x:.0f}"
+    return f"{x:.{max(0, 2 - math.floor(math.log10(x)))}f}"
+
+
+def fmt_ratio(x):
+    """1.62x; a ratio under 0.01 (the CPU reference against cuDNN) to two figures."""
+    if x is None or x >= 0.01 or x <= 0:
+        return fmt_x(x)
+    return f"{float(f'{x:.2g}'):.{1 - math.floor(math.log10(float(f'{x:.2g}')))}f}x"
+
+
+def ch10_seconds(r):
+    """An epoch's seconds, with a note where the row's check did not pass (the CPU reference
+    is the check, and PyTorch's verified says that its loss stayed finite)."""
+    if r is None or r["median_us"] is None:
+        return ""
+    text = fmt_s(r["median_us"] / 1e6)
+    if not r["verified"] and r["variant"] != "cpu":
+        text += " (loss not finite)" if is_pytorch(r["variant"]) else " (failed check)"
+    return text
+
+
+def ch10_faster(ours, other):
+    """other's epoch over ours': above 1, ours is faster."""
+    if not ours or not other or not ours["median_us"] or not other["median_us"]:
+        return ""
+    return fmt_x(other["median_us"] / ours["median_us"])
+
+
+def chapter10_tables(rows, batches):
+    """A table per dtype, a row per batch size: each variant's epoch in seconds, then ours
+    against the vendor and PyTorch's graphed ways, and ours' test accuracy beside
+    pytorch_graph's. Where a dtype has no PyTorch row at a batch (fp16 PyTorch not run), the
+    comparisons take PyTorch's fp32 row and say so. Columns with nothing in them are left out."""
+    cell = {(r["variant"], r["dtype"], r["shape"]): r for r in rows}
+    dtypes = sorted({r["dtype"] for r in rows}, key=lambda d: rank(DTYPE_ORDER, d))
+    out = []
+    for d in dtypes:
+        variants = sorted({r["variant"] for r in rows if r["dtype"] == d}, key=ch10_key)
+        header = ["batch"] + [f"{ch10_name(v)} s" for v in variants] + \
+            ["ours vs vendor", "ours vs pytorch_graph", "ours vs pytorch_compiled_graph",
+             "ours test %", "pytorch_graph test %"]
+        body = []
+        for b in batches:
+            if not any((v, d, b) in cell for v in variants):
+                continue
+            ours = cell.get(("ours", d, b))
+
+            def torch_row(v):
+                """PyTorch's row of this dtype, else its fp32 row, marked."""
+                r = cell.get((v, d, b))
+                if r is None and d != "fp32" and (v, "fp32", b) in cell:
+                    return cell[(v, "fp32", b)], " (fp32 PyTorch)"
+                return r, ""
+
+            graph, graph_note = torch_row("pytorch_graph")
+            compiled, compiled_note = torch_row("pytorch_compiled_graph")
+            line = [b] + [ch10_seconds(cell.get((v, d, b))) for v in variants]
+            line.append(ch10_faster(ours, cell.get(("vendor", d, b))))
+            for r, note in ((graph, graph_note), (compiled, compiled_note)):
+                text = ch10_faster(ours, r)
+                line.append(text + note if text else "")
+            line.append(fmt_num(ours and ours["test_acc"], ".2f"))
+            text = fmt_num(graph and graph["test_acc"], ".2f")
+            line.append(text + graph_note if text else "")
+            body.append(line)
+        if not body:
+            continue
+        keep = [0] + [k for k in range(1, len(header)) if any(line[k] for line in body)]
+        out += [f"**{d}{' (PyTorch: autocast, fp32 master weights)' if d == 'fp16' else ''}, "
+                f"epoch seconds**", ""]
+        out += table([header[k] for k in keep], "l" + "r" * (len(keep) - 1),
+                     [[line[k] for k in keep] for line in body]) + [""]
+    return out
+
+
+def chapter10_intro(rows):
+    torch = [r for r in rows if is_pytorch(r["variant"])]
+    text = ("A row per batch size: each variant's time for one epoch, in seconds (the median of "
+            "the epochs it trained), from the same initial weights on the same batches in the "
+            "same order. `ours vs X` is X's epoch over ours (above 1 means ours is faster); test "
+            "% is the accuracy on the test images after the epoch. `cpu (extrapolated)` is the "
+            "CPU reference's mean time over its first few steps, times the steps of an epoch.")
+    if torch:
+        text += (f" PyTorch's rows come from `bench/pytorch/train_cnn.py` (its CUDA "
+                 f"{distinct(r['cuda'] for r in torch)}), timed on the host's clock between "
+                 "two synchronizations; where a dtype has no PyTorch row at a batch size, the "
+                 "comparison takes PyTorch's fp32 row and says `(fp32 PyTorch)`.")
+    return [text, ""]
+
+
+def chapter10_rows_table(rows, batches):
+    """Every row of chapter 10 in full, for BENCHMARKS.md."""
+    order = {b: i for i, b in enumerate(batches)}
+    chosen = sorted((r for r in rows if r["shape"] in order),
+                    key=lambda r: (rank(DTYPE_ORDER, r["dtype"]), order[r["shape"]],
+                                   ch10_key(r["variant"])))
+
+    def check(r):
+        if r["variant"] == "cpu":
+            return "reference"
+        if is_pytorch(r["variant"]):
+            return "loss finite" if r["verified"] else "loss NOT finite"
+        return "yes" if r["verified"] else "NO"
+
+    body = [[r["dtype"], r["shape"], ch10_name(r["variant"]),
+             fmt_s(r["median_us"] and r["median_us"] / 1e6),
+             f"{fmt_s(r['min_us'] / 1e6)}-{fmt_s(r['max_us'] / 1e6)}"
+             if r["min_us"] is not None and r["max_us"] is not None else "",
+             fmt_num(r["images_per_s"], ".0f"), fmt_tflops(r["tflops"]),
+             fmt_num(r["loss"], ".4f"), fmt_num(r["train_acc"], ".2f"),
+             fmt_num(r["test_acc"], ".2f"), fmt_ratio(r["vs_vendor"]), check(r)]
+            for r in chosen]
+    return table(["dtype", "batch", "variant", "epoch s", "min-max s", "images/s", "TFLOP/s",
+                  "mean loss", "train %", "test %", "vs vendor", "step check"],
+                 "lrlrrrrrrrrl", body)
+
+
+def chapter10_section(chapter, rows, labels):
+    """BENCHMARKS.md's section for chapter 10: the tables of its README, then every row."""
+    batches = ch10_batches(rows, labels)
+    out = [f"### {chapter}", ""] + chapter10_intro(rows) + chapter10_tables(rows, batches)
+    out += ["Every row (train % counts each prediction made before its step's update; the "
+            "cpu row's loss and train % are those of the steps it ran):", ""]
+    out += chapter10_rows_table(rows, batches) + [""]
+    return out
+
+
+def chapter10_block(rows, labels):
+    """Chapter 10's README block: where it was measured, then a table per dtype."""
+    c_rows = [r for r in rows if not is_pytorch(r["variant"])] or rows
+    out = ["", f"Measured on the {distinct(r['gpu'] for r in rows)} "
+           f"(compute capability {distinct(r['cc'] for r in rows)}, "
+           f"CUDA {distinct(r['cuda'] for r in c_rows)}), "
+           f"{span(r['date'] for r in rows)}. Reproduce with `make bench && make report`; "
+           f"every row is in [BENCHMARKS.md](../../BENCHMARKS.md).", ""]
+    batches = ch10_batches(rows, labels, quiet=True)
+    return out + chapter10_intro(rows) + chapter10_tables(rows, batches)
 
 
 # ---------------------------------------------------------------------------------- READMEs
@@ -458,8 +657,10 @@ def update_readme(chapter, rows):
     except StopIteration:
         warn(f"{path} has no {BEGIN} ... {END} lines; left alone")
         return
-    labels = load_sweep(chapter) or {}
-    block = readme_block(rows, labels)
+    if chapter == CH10:
+        block = chapter10_block(rows, load_sweep(chapter))
+    else:
+        block = readme_block(rows, load_sweep(chapter) or {})
     lines = replace_summaries(lines[:b + 1] + block + lines[e:], rows, path)
     write(path, "\n".join(lines))
 
@@ -551,7 +752,10 @@ def main():
     folders = {}    # folder -> [(chapter, rows)]
     for path in sorted(glob.glob(f"{RESULTS}/*/[0-9][0-9]-*.csv")):
         chapter = os.path.basename(path)[:-4]
-        rows = latest([r for r in read_csv(path, chapter) if r["variant"] != "cpu"])
+        if chapter.endswith("-loss"):
+            continue    # a chapter's step-loss log (chapter 10's NN-name-loss.csv), for the plot
+        rows = latest([r for r in read_csv(path, chapter)
+                       if r["variant"] != "cpu" or chapter == CH10])
         if rows:
             folders.setdefault(os.path.basename(os.path.dirname(path)), []).append((chapter, rows))
 

@@ -939,6 +939,9 @@ static void expect_step_right(struct step_case c)
               step_tolerance(c.t), res.loss, res.loss_ref);
     cr_expect(res.loss_ref > 1.0 && res.loss_ref < 10.0, "an untrained loss near ln 10: %g",
               res.loss_ref);
+    if (c.t == DT_FP32)
+        cr_expect_eq(res.correct, res.correct_ref, "%d hits counted, the reference's %d",
+                     res.correct, res.correct_ref);
 }
 
 Test(cnn_gpu, ours_fp32_batch_8, NEEDS_GPU)

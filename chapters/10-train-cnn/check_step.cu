@@ -108,6 +108,7 @@ extern "C" int cnn_check_step(cnn_step_fn step, cnn_ctx_fn make_ctx, void (*free
     CUDA_CHECK(cudaDeviceSynchronize());
     float loss;
     CUDA_CHECK(cudaMemcpy(&loss, st.loss, sizeof loss, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(&res->correct, st.correct, sizeof(int), cudaMemcpyDeviceToHost));
     cnn_state_get_grads(&st, grads);
     cnn_state_get_params(&st, updated);
     if (free_ctx)
@@ -119,7 +120,7 @@ extern "C" int cnn_check_step(cnn_step_fn step, cnn_ctx_fn make_ctx, void (*free
     for (size_t i = 0; i < (size_t)n * CNN_PIXELS; i++)
         pixels[i] = (float)as_seen(images[i] / 255.0f, t);
     res->loss = loss;
-    res->loss_ref = cnn_cpu_gradient(seen, pixels, wide, n, ref, NULL);
+    res->loss_ref = cnn_cpu_gradient(seen, pixels, wide, n, ref, &res->correct_ref);
     const double loss_err = fabs(res->loss - res->loss_ref) / fabs(res->loss_ref);
     res->worst_rel_err = loss_err;
     res->worst_abs_err = fabs(res->loss - res->loss_ref);

@@ -19,6 +19,7 @@ extern "C" {
 struct step_check {
     int ok;
     double loss, loss_ref;
+    int correct, correct_ref;  /* the step's count of hits, and the reference's */
     double worst_rel_err;      /* the largest normwise relative error of any tensor checked */
     double worst_abs_err;
     char worst[64];            /* the tensor it was in: "conv2.weight gradient", "loss", ... */

@@ -64,7 +64,9 @@ extern "C" void cnn_pool_relu_backward(const void *d_pooled, const uint8_t *argm
  * Forward: logits = fc1 W2^T + b2, a row of 128 against 10 rows of W2. A warp a row: each lane
  * holds 4 of the 128 inputs and 4 x 10 weights' products, the warp sums each class with
  * shuffles, and lane c < 10 adds the bias and writes class c: one launch for the product and
- * the bias, W2 (5 KB in fp32) read through L1 by every warp.
+ * the bias, W2 (5 KB in fp32) read through L1 by every warp. The lanes also hold the row's argmax
+ * (the first maximum, the reference's rule), so the warp counts a hit: the step's count needs
+ * no launch of its own.
  * Backward: d_fc1 = (d_logits W2) * ReLU'(fc1), 10 multiply-adds an element, in the same pass as
  * the ReLU's gradient: one launch where chapter 05's product and chapter 01's ReLU take two. */
 #define ROWS_A_BLOCK (THREADS / 32)
@@ -72,7 +74,8 @@ extern "C" void cnn_pool_relu_backward(const void *d_pooled, const uint8_t *argm
 template <typename T>
 __global__ void __launch_bounds__(THREADS)
     fc2_forward(const T *__restrict__ fc1, const T *__restrict__ w2, const T *__restrict__ b2,
-                T *__restrict__ logits, int rows)
+                T *__restrict__ logits, const int32_t *__restrict__ labels,
+                int *__restrict__ correct, int rows)
 {
     const int row = blockIdx.x * ROWS_A_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows)
@@ -93,8 +96,23 @@ __global__ void __launch_bounds__(THREADS)
             sum += __shfl_xor_sync(0xffffffffu, sum, offset);
         mine = lane == c ? sum : mine;
     }
+    const T stored = from_float<T>(mine + to_float(b2[lane < CNN_CLASSES ? lane : 0]));
     if (lane < CNN_CLASSES)
-        logits[(int64_t)row * CNN_CLASSES + lane] = from_float<T>(mine + to_float(b2[lane]));
+        logits[(int64_t)row * CNN_CLASSES + lane] = stored;
+    if (!labels)
+        return;
+    /* The argmax of the stored (rounded) logits, as the unfused count reads them. */
+    float top = lane < CNN_CLASSES ? to_float(stored) : -INFINITY;
+    int best = lane;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+        const float other = __shfl_xor_sync(0xffffffffu, top, offset);
+        const int at = __shfl_xor_sync(0xffffffffu, best, offset);
+        if (other > top || (other == top && at < best))
+            top = other, best = at;
+    }
+    if (lane == 0 && best == labels[row])
+        atomicAdd(correct, 1);
 }
 
 template <typename T>
@@ -116,11 +134,11 @@ __global__ void fc2_input_gradient(const T *__restrict__ d_logits, const T *__re
 
 template <typename T>
 static void fc2_forward_as(const void *fc1, const void *w2, const void *b2, void *logits,
-                           int rows, cudaStream_t s)
+                           const int32_t *labels, int *correct, int rows, cudaStream_t s)
 {
     const unsigned blocks = (unsigned)((rows + ROWS_A_BLOCK - 1) / ROWS_A_BLOCK);
     fc2_forward<<<blocks, THREADS, 0, s>>>((const T *)fc1, (const T *)w2, (const T *)b2,
-                                           (T *)logits, rows);
+                                           (T *)logits, labels, correct, rows);
 }
 
 template <typename T>
@@ -133,10 +151,11 @@ static void fc2_input_gradient_as(const void *d_logits, const void *w2, const vo
 }
 
 extern "C" void cnn_fc2_forward(const void *fc1, const void *w2, const void *b2, void *logits,
-                                int rows, enum dtype t, cudaStream_t s)
+                                const int32_t *labels, int *correct, int rows, enum dtype t,
+                                cudaStream_t s)
 {
-    t == DT_FP32 ? fc2_forward_as<float>(fc1, w2, b2, logits, rows, s)
-                 : fc2_forward_as<__half>(fc1, w2, b2, logits, rows, s);
+    t == DT_FP32 ? fc2_forward_as<float>(fc1, w2, b2, logits, labels, correct, rows, s)
+                 : fc2_forward_as<__half>(fc1, w2, b2, logits, labels, correct, rows, s);
     LAUNCH_CHECK();
 }
 

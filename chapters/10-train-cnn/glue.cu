@@ -74,12 +74,28 @@ __global__ void bias_act_rows(T *__restrict__ y, const T *__restrict__ bias, int
     y[i] = from_float<T>(relu ? fmaxf(v, 0.f) : v);
 }
 
+/* The step's log, where the update keeps it (CNN_FUSE_COUNT): the loss of the step into its
+ * slot and the step counter advanced, by one thread of the last kernel of the step. */
+struct step_log {
+    const float *loss;
+    float *loss_log;
+    int max_steps;
+    int *step, *progress;
+};
+
 /* master -= lr * grad, and the copy the step computes with (fp16) rounded from it. */
 template <typename T>
 __global__ void sgd_update(float *__restrict__ master, T *__restrict__ params,
-                           const T *__restrict__ grads, int64_t n, float lr)
+                           const T *__restrict__ grads, int64_t n, float lr, step_log log)
 {
     const int64_t i = (int64_t)blockIdx.x * THREADS + threadIdx.x;
+    if (i == 0 && log.step) {
+        if (*log.step < log.max_steps)
+            log.loss_log[*log.step] = *log.loss;
+        *log.step += 1;
+        if (log.progress)
+            *(volatile int *)log.progress = *log.step;
+    }
     if (i >= n)
         return;
     const float w = master[i] - lr * to_float(grads[i]);
@@ -115,8 +131,11 @@ static void bias_act_as(void *y, const void *bias, int64_t rows, int64_t cols, i
 template <typename T> static void sgd_as(struct cnn_state *st, cudaStream_t s)
 {
     const int64_t n = CNN_DEVICE_PARAMS;
+    step_log log = {st->loss, st->loss_log, st->max_steps, NULL, st->progress};
+    if ((st->fusions & CNN_FUSE_FC2) && (st->fusions & CNN_FUSE_COUNT))
+        log.step = st->step;
     sgd_update<<<blocks_for(n), THREADS, 0, s>>>(st->master, (T *)st->params,
-                                                 (const T *)st->grads, n, st->lr);
+                                                 (const T *)st->grads, n, st->lr, log);
 }
 
 extern "C" void cnn_gather_batch(struct cnn_state *st, int batch, cudaStream_t s)

@@ -11,7 +11,8 @@
  * Update:   one SGD kernel over the flat parameters.
  * The state's fusions (step.h) replace some of these calls by fused.cu's kernels: each pool's
  * backward with the ReLU's (two launches and a round trip of dz become one), fc2's product
- * with its bias, and its input gradient with fc1's ReLU'. */
+ * with its bias and the count of hits (the update then logs the loss), and its input gradient
+ * with fc1's ReLU'. */
 #include <stdio.h>
 
 #include "01-relu/api.h"
@@ -99,8 +100,9 @@ static struct call_space spaces_of(const struct cnn_state *st)
     return c;
 }
 
+/* count: whether fc2's fused forward also counts the batch's hits (a training step's). */
 static void forward(struct cnn_state *st, const struct layers *l, const struct call_space *ws,
-                    int n, cudaStream_t s)
+                    int n, int count, cudaStream_t s)
 {
     const enum dtype t = st->t;
     void *p = st->params;
@@ -121,7 +123,7 @@ static void forward(struct cnn_state *st, const struct layers *l, const struct c
     cnn_mark(st, "fc1 bias + ReLU", s);
     if (st->fusions & CNN_FUSE_FC2) {
         cnn_fc2_forward(st->fc1, cnn_param(st, p, CNN_FC2_W), cnn_param(st, p, CNN_FC2_B),
-                        st->logits, n, t, s);
+                        st->logits, count ? st->y : NULL, st->correct, n, t, s);
         cnn_mark(st, "fc2 forward + bias", s);
         return;
     }
@@ -208,7 +210,7 @@ extern "C" void cnn_ours_forward(struct cnn_state *st, int batch, cudaStream_t s
 {
     const struct layers l = layers_of(batch);
     const struct call_space ws = spaces_of(st);
-    forward(st, &l, &ws, batch, s);
+    forward(st, &l, &ws, batch, 0, s);
 }
 
 extern "C" void cnn_ours_step(struct cnn_state *st, int batch, void *ctx, cudaStream_t s)
@@ -218,12 +220,15 @@ extern "C" void cnn_ours_step(struct cnn_state *st, int batch, void *ctx, cudaSt
     (void)ctx;
     cnn_gather_batch(st, batch, s);
     cnn_mark(st, "gather the batch", s);
-    forward(st, &l, &ws, batch, s);
+    const int counted = (st->fusions & CNN_FUSE_FC2) && (st->fusions & CNN_FUSE_COUNT);
+    forward(st, &l, &ws, batch, counted, s);
     cross_entropy_fused(st->logits, st->y, st->loss, st->d_logits,
                         (struct ce_dims){(size_t)batch, CNN_CLASSES}, st->t, ws.at[WS_CE], s);
     cnn_mark(st, "cross-entropy + its gradient", s);
-    cnn_count_and_log(st, batch, 1, s);
-    cnn_mark(st, "count and log", s);
+    if (!counted) {
+        cnn_count_and_log(st, batch, 1, s);
+        cnn_mark(st, "count and log", s);
+    }
     backward(st, &l, &ws, batch, s);
     cnn_sgd_update(st, s);
     cnn_mark(st, "SGD update", s);

@@ -39,8 +39,9 @@ static inline int64_t cnn_device_offset(int i)
 enum cnn_fusion {
     CNN_FUSE_POOL_RELU = 1u << 0, /* a pool's backward and the ReLU's before it: fused.cu */
     CNN_FUSE_FC2 = 1u << 1,       /* fc2's product with its bias, its input gradient with ReLU' */
+    CNN_FUSE_COUNT = 1u << 2,     /* with FC2: the hits counted by fc2, the log by the update */
 };
-#define CNN_ALL_FUSIONS (CNN_FUSE_POOL_RELU | CNN_FUSE_FC2)
+#define CNN_ALL_FUSIONS (CNN_FUSE_POOL_RELU | CNN_FUSE_FC2 | CNN_FUSE_COUNT)
 
 struct cnn_state {
     enum dtype t;
@@ -112,7 +113,7 @@ void *cnn_param(const struct cnn_state *st, void *flat, int i);
  * update of every parameter from its gradient. */
 void cnn_gather_batch(struct cnn_state *st, int batch, cudaStream_t s);
 void cnn_count_and_log(struct cnn_state *st, int batch, int log_loss, cudaStream_t s);
-void cnn_sgd_update(struct cnn_state *st, cudaStream_t s);
+void cnn_sgd_update(struct cnn_state *st, cudaStream_t s); /* logs too with CNN_FUSE_COUNT */
 /* y[i][j] = act(y[i][j] + bias[j]) on a rows x cols matrix of type t (act: 0 none, 1 ReLU). */
 void cnn_bias_act_rows(void *y, const void *bias, int64_t rows, int64_t cols, int relu,
                        enum dtype t, cudaStream_t s);
@@ -123,9 +124,11 @@ void cnn_pool_relu_backward(const void *d_pooled, const uint8_t *argmax, const v
                             void *dz, int64_t planes, int oh, int ow, enum dtype t,
                             cudaStream_t s);
 
-/* fc2 (128 -> 10) fused: logits = fc1 W2^T + b2; d_fc1 = (d_logits W2) * ReLU'(fc1). */
-void cnn_fc2_forward(const void *fc1, const void *w2, const void *b2, void *logits, int rows,
-                     enum dtype t, cudaStream_t s);
+/* fc2 (128 -> 10) fused: logits = fc1 W2^T + b2, and where labels is not NULL the rows whose
+ * first maximum is their label added to *correct; d_fc1 = (d_logits W2) * ReLU'(fc1). */
+void cnn_fc2_forward(const void *fc1, const void *w2, const void *b2, void *logits,
+                     const int32_t *labels, int *correct, int rows, enum dtype t,
+                     cudaStream_t s);
 void cnn_fc2_input_gradient(const void *d_logits, const void *w2, const void *fc1, void *d_fc1,
                             int rows, enum dtype t, cudaStream_t s);
 
