@@ -241,7 +241,8 @@ test: deps-test toolkit $(PROGRAMS) $(BUILD)/bin/tests $(CEILING) $(COPY_CEILING
 	python3 bench/report.py --check
 	KL_BIN=$(BUILD)/bin $(BUILD)/bin/tests --jobs $(shell nproc 2>/dev/null || echo 1)
 
-# The test program and the two programs it runs, host code sanitized, in a folder of their own.
+# The test program and the three programs it runs (the two ceilings, chapter 10's), host code
+# sanitized, in a folder of their own.
 # AddressSanitizer's reports (LeakSanitizer's too), in the test program or a program it starts,
 # go to files under $(BUILD)/asan/reports, and any such file fails the target: a leak found as a
 # Criterion worker exits does not fail its test. UBSan stops the process at its first report.
@@ -251,7 +252,7 @@ test-asan: deps-test toolkit
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan CUDA_ARCHS="$(CUDA_ARCHS)" KL_ASAN=1 test-asan-run
 
 ASAN_REPORTS = $(BUILD)/reports
-test-asan-run: $(BUILD)/bin/tests $(CEILING) $(COPY_CEILING)
+test-asan-run: $(BUILD)/bin/tests $(CEILING) $(COPY_CEILING) $(BUILD)/bin/10-train-cnn
 	@rm -rf $(ASAN_REPORTS) && mkdir -p $(ASAN_REPORTS)
 	ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:log_path=$(ASAN_REPORTS)/asan \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
