@@ -30,8 +30,7 @@ struct idx_file {
 };
 
 /* Writes "path: what is wrong" into err; returns 2, the status of bad input. */
-__attribute__((format(printf, 4, 5))) static int refuse(char *err, size_t err_len,
-                                                        const char *path, const char *fmt, ...)
+int cnn_refuse_file(char *err, size_t err_len, const char *path, const char *fmt, ...)
 {
     char what[512];
     va_list ap;
@@ -52,7 +51,7 @@ static int refuse_unreadable(const struct idx_file *f, char *err, size_t err_len
     const size_t len = strlen(f->path);
     if (!strncmp(zlib_says, f->path, len) && !strncmp(zlib_says + len, ": ", 2))
         zlib_says += len + 2;
-    return refuse(err, err_len, f->path, "cannot read: %s",
+    return cnn_refuse_file(err, err_len, f->path, "cannot read: %s",
                   code == Z_ERRNO ? strerror(saved_errno) : zlib_says);
 }
 
@@ -66,7 +65,7 @@ static int open_file(struct idx_file *f, char *err, size_t err_len)
     errno = 0;
     f->gz = gzopen(f->path, "rb");
     if (!f->gz)
-        return refuse(err, err_len, f->path, "cannot open: %s",
+        return cnn_refuse_file(err, err_len, f->path, "cannot open: %s",
                       errno ? strerror(errno) : "out of memory");
     gzbuffer(f->gz, 1u << 17);
     return 0;
@@ -107,11 +106,11 @@ static int read_header(struct idx_file *f, uint32_t magic, const char *kind, uin
         return refuse_unreadable(f, err, err_len);
     /* the magic first, where there is one: the files swapped say so, however short */
     if (got >= 4 && big_endian_u32(bytes) != magic)
-        return refuse(err, err_len, f->path,
+        return cnn_refuse_file(err, err_len, f->path,
                       "magic number 0x%08" PRIx32 ", not the 0x%08" PRIx32 " of an IDX %s file",
                       big_endian_u32(bytes), magic, kind);
     if (got < size)
-        return refuse(err, err_len, f->path,
+        return cnn_refuse_file(err, err_len, f->path,
                       "truncated: %" PRId64 " bytes, shorter than the %" PRId64
                       "-byte header of an IDX %s file", got, size, kind);
     for (int i = 0; i < ndims; i++)
@@ -129,15 +128,15 @@ static int read_images_header(struct idx_file *f, uint64_t *count, uint64_t *byt
         return rc;
     const uint64_t n = dims[0], plane = (uint64_t)dims[1] * dims[2]; /* below 2^64 */
     if (plane && n > (uint64_t)INT64_MAX / plane)
-        return refuse(err, err_len, f->path,
+        return cnn_refuse_file(err, err_len, f->path,
                       "%" PRIu64 " images of %" PRIu32 "x%" PRIu32 " pixels: the size overflows",
                       n, dims[1], dims[2]);
     if (dims[1] != CNN_SIDE || dims[2] != CNN_SIDE)
-        return refuse(err, err_len, f->path,
+        return cnn_refuse_file(err, err_len, f->path,
                       "images of %" PRIu32 "x%" PRIu32 "; this chapter's network takes %dx%d",
                       dims[1], dims[2], CNN_SIDE, CNN_SIDE);
     if (n == 0)
-        return refuse(err, err_len, f->path, "holds no images (its count is 0)");
+        return cnn_refuse_file(err, err_len, f->path, "holds no images (its count is 0)");
     *count = n;
     *bytes = n * plane;
     return 0;
@@ -152,7 +151,7 @@ static int read_labels_header(struct idx_file *f, const struct idx_file *images,
     if (rc)
         return rc;
     if (n != count)
-        return refuse(err, err_len, f->path, "%" PRIu32 " labels, but %s holds %" PRIu64
+        return cnn_refuse_file(err, err_len, f->path, "%" PRIu32 " labels, but %s holds %" PRIu64
                       " images", n, images->path, count);
     return 0;
 }
@@ -175,11 +174,11 @@ static int expect_end(struct idx_file *f, uint64_t bytes, char *err, size_t err_
     if (got < 0 || (code != Z_OK && code != Z_BUF_ERROR))
         return refuse_unreadable(f, err, err_len);
     if (got > 0)
-        return refuse(err, err_len, f->path,
+        return cnn_refuse_file(err, err_len, f->path,
                       "trailing bytes: the file goes on past the %" PRIu64
                       " bytes of data its header gives", bytes);
     if (code == Z_BUF_ERROR)
-        return refuse(err, err_len, f->path, "truncated: its gzip stream ends early");
+        return cnn_refuse_file(err, err_len, f->path, "truncated: its gzip stream ends early");
     return 0;
 }
 
@@ -194,7 +193,7 @@ static int read_data(struct idx_file *f, uint64_t bytes, uint8_t **out, char *er
         uint8_t *grown = realloc(buf, (size_t)cap);
         if (!grown) {
             free(buf);
-            return refuse(err, err_len, f->path, "out of memory at %" PRIu64 " bytes", cap);
+            return cnn_refuse_file(err, err_len, f->path, "out of memory at %" PRIu64 " bytes", cap);
         }
         buf = grown;
         const int64_t got = read_up_to(f->gz, buf + have, cap - have);
@@ -206,7 +205,7 @@ static int read_data(struct idx_file *f, uint64_t bytes, uint8_t **out, char *er
         if (have < cap)
             break; /* the end of the file */
     }
-    int rc = have < bytes ? refuse(err, err_len, f->path,
+    int rc = have < bytes ? cnn_refuse_file(err, err_len, f->path,
                                    "truncated: its header gives %" PRIu64
                                    " bytes of data, the file holds %" PRIu64, bytes, have)
                           : expect_end(f, bytes, err, err_len);
@@ -223,7 +222,7 @@ static int check_labels(const struct idx_file *f, const uint8_t *labels, uint64_
 {
     for (uint64_t i = 0; i < count; i++)
         if (labels[i] >= LABEL_LIMIT)
-            return refuse(err, err_len, f->path, "label %" PRIu64 " is %u; labels are 0 to %d",
+            return cnn_refuse_file(err, err_len, f->path, "label %" PRIu64 " is %u; labels are 0 to %d",
                           i, labels[i], LABEL_LIMIT - 1);
     return 0;
 }
@@ -263,13 +262,13 @@ static int find_file(const char *dir, const char *name, char *path, char *err, s
 {
     const int len = snprintf(path, PATH_LEN, "%s/%s.gz", dir, name);
     if (len < 0 || len >= PATH_LEN)
-        return refuse(err, err_len, dir, "the folder's name is too long");
+        return cnn_refuse_file(err, err_len, dir, "the folder's name is too long");
     if (access(path, F_OK) == 0)
         return 0;
     snprintf(path, PATH_LEN, "%s/%s", dir, name);
     if (access(path, F_OK) == 0)
         return 0;
-    return refuse(err, err_len, dir, "holds neither %s.gz nor %s", name, name);
+    return cnn_refuse_file(err, err_len, dir, "holds neither %s.gz nor %s", name, name);
 }
 
 int idx_load_dir(const char *dir, int train, struct idx_set *set, char *err, size_t err_len)
@@ -277,9 +276,9 @@ int idx_load_dir(const char *dir, int train, struct idx_set *set, char *err, siz
     memset(set, 0, sizeof *set);
     struct stat st;
     if (stat(dir, &st) != 0)
-        return refuse(err, err_len, dir, "cannot open the folder: %s", strerror(errno));
+        return cnn_refuse_file(err, err_len, dir, "cannot open the folder: %s", strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return refuse(err, err_len, dir, "not a folder (the IDX files' folder is wanted)");
+        return cnn_refuse_file(err, err_len, dir, "not a folder (the IDX files' folder is wanted)");
     const char *prefix = train ? "train" : "t10k";
     char images_name[32], labels_name[32], images_path[PATH_LEN], labels_path[PATH_LEN];
     snprintf(images_name, sizeof images_name, "%s-images-idx3-ubyte", prefix);

@@ -42,6 +42,12 @@ int idx_load_dir(const char *dir, int train, struct idx_set *set, char *err, siz
 /* Frees what idx_load allocated and empties *set. */
 void idx_free(struct idx_set *set);
 
+/* Writes "path: what is wrong" into err and returns 2: the one-line refusal of a bad file, for
+ * the data files here and net.c's weights file. */
+__attribute__((format(printf, 4, 5))) int cnn_refuse_file(char *err, size_t err_len,
+                                                          const char *path, const char *fmt,
+                                                          ...);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,11 +1,11 @@
 /* net.h's initial weights and its parameter file. */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "idx.h"
 #include "net.h"
 #include "rng.h"
 
@@ -39,19 +39,6 @@ void cnn_init_params(float *params, uint64_t seed)
     }
 }
 
-/* Writes "path: what is wrong" into err; returns 2. */
-__attribute__((format(printf, 4, 5))) static int refuse(char *err, size_t err_len,
-                                                        const char *path, const char *fmt, ...)
-{
-    char what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    snprintf(err, err_len, "%s: %s", path, what);
-    return 2;
-}
-
 /* fp32 as 4 little-endian bytes, whatever the host's byte order. */
 static void put_le_float(uint8_t *b, float f)
 {
@@ -75,20 +62,20 @@ int cnn_save_params(const char *path, const float *params, char *err, size_t err
 {
     uint8_t *bytes = malloc(PARAM_FILE_BYTES);
     if (!bytes)
-        return refuse(err, err_len, path, "out of memory for the parameter file");
+        return cnn_refuse_file(err, err_len, path, "out of memory for the parameter file");
     memcpy(bytes, PARAM_MAGIC, MAGIC_LEN);
     for (size_t i = 0; i < CNN_PARAM_TOTAL; i++)
         put_le_float(bytes + MAGIC_LEN + 4 * i, params[i]);
     FILE *f = fopen(path, "wb");
     if (!f) {
         free(bytes);
-        return refuse(err, err_len, path, "cannot create: %s", strerror(errno));
+        return cnn_refuse_file(err, err_len, path, "cannot create: %s", strerror(errno));
     }
     const size_t wrote = fwrite(bytes, 1, PARAM_FILE_BYTES, f);
     const int write_errno = errno;
     free(bytes);
     if (fclose(f) != 0 || wrote != PARAM_FILE_BYTES) /* fclose flushes: a full disk shows here */
-        return refuse(err, err_len, path, "cannot write: %s",
+        return cnn_refuse_file(err, err_len, path, "cannot write: %s",
                       strerror(wrote != PARAM_FILE_BYTES ? write_errno : errno));
     return 0;
 }
@@ -100,12 +87,12 @@ static int read_param_file(const char *path, uint8_t *bytes, size_t *len, char *
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return refuse(err, err_len, path, "cannot open: %s", strerror(errno));
+        return cnn_refuse_file(err, err_len, path, "cannot open: %s", strerror(errno));
     *len = fread(bytes, 1, PARAM_FILE_BYTES + 1, f);
     const int failed = ferror(f), read_errno = errno;
     fclose(f);
     if (failed)
-        return refuse(err, err_len, path, "cannot read: %s", strerror(read_errno));
+        return cnn_refuse_file(err, err_len, path, "cannot read: %s", strerror(read_errno));
     return 0;
 }
 
@@ -115,19 +102,19 @@ static int check_param_file(const char *path, const uint8_t *bytes, size_t len, 
                             size_t err_len)
 {
     if (len < MAGIC_LEN || memcmp(bytes, PARAM_MAGIC, MAGIC_LEN) != 0)
-        return refuse(err, err_len, path,
+        return cnn_refuse_file(err, err_len, path,
                       "not a parameter file of net.h (it does not start with KLCNN01)");
     if (len < PARAM_FILE_BYTES)
-        return refuse(err, err_len, path, "truncated: %zu bytes, not the %zu of a parameter "
+        return cnn_refuse_file(err, err_len, path, "truncated: %zu bytes, not the %zu of a parameter "
                       "file (8 of header, then %d fp32)", len, PARAM_FILE_BYTES, CNN_PARAM_TOTAL);
     if (len > PARAM_FILE_BYTES)
-        return refuse(err, err_len, path, "trailing bytes: longer than the %zu of a parameter "
+        return cnn_refuse_file(err, err_len, path, "trailing bytes: longer than the %zu of a parameter "
                       "file (8 of header, then %d fp32)", PARAM_FILE_BYTES, CNN_PARAM_TOTAL);
     for (int i = 0; i < CNN_PARAMS; i++) {
         const uint8_t *tensor = bytes + MAGIC_LEN + 4 * cnn_param_offset(i);
         for (int64_t e = 0; e < cnn_param_elems[i]; e++)
             if (!isfinite(get_le_float(tensor + 4 * e)))
-                return refuse(err, err_len, path, "%s[%lld] is %g, not a finite number",
+                return cnn_refuse_file(err, err_len, path, "%s[%lld] is %g, not a finite number",
                               cnn_param_name[i], (long long)e, get_le_float(tensor + 4 * e));
     }
     return 0;
@@ -137,7 +124,7 @@ int cnn_load_params(const char *path, float *params, char *err, size_t err_len)
 {
     uint8_t *bytes = malloc(PARAM_FILE_BYTES + 1);
     if (!bytes)
-        return refuse(err, err_len, path, "out of memory for the parameter file");
+        return cnn_refuse_file(err, err_len, path, "out of memory for the parameter file");
     size_t len = 0;
     int rc = read_param_file(path, bytes, &len, err, err_len);
     if (!rc)
