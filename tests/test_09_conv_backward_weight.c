@@ -501,7 +501,8 @@ Test(wgrad_program, runs_the_2d_preset_and_exits_0, .init = redirect_output)
  * first layer, C R S at v6's 36 and past it); then shapes no tile divides: 1x1 to 7x7
  * filters, strides 1 to 3 (v4 declines the 7x7, the 5x5 at stride 2 and the 3x3 at stride
  * 3), padding 0 to 3 and past a 1x1 filter, inputs smaller than the filter, C and K of 17,
- * 19, 37 and 70, K C R S past 10,000, and a reduction of 16368 over 12 filters of 8 channels. */
+ * 19, 37 and 70, K C R S past 10,000, and a reduction of 16368 over 12 filters of 8 channels;
+ * last, two with many of v7's bands a block (70 and 34 output columns: bands across a row). */
 static const char *const shapes[] = {
     "1x1x5x7-1k3s1p1",     "3x1x17x9-1k3s1p1",     "2x1x9x7-1k5s2p2",   "1x1x1x1-1k1",
     "2x1x1x3-1k3s1p1",     "5x1x6x6-1k1s2p0",      "8x1x65x63-1k3s1p1", "3x3x11x9-5k3s1p1",
@@ -510,7 +511,7 @@ static const char *const shapes[] = {
     "3x5x17x13-7k5s2p2",   "5x7x9x11-3k1s1p0",     "2x17x10x12-19k3s1p1", "1x3x7x7-1k7s1p3",
     "2x64x27x27-32k3s2p1", "2x3x9x7-5k3s2p1",      "1x37x11x9-70k3s3p1", "2x2x10x10-3k5s3p3",
     "2x3x6x5-4k1s2p1",     "1x4x11x11-3k2s2p0",    "2x40x12x10-130k3s1p1", "16x8x33x31-12k3s1p1",
-    "4x16x14x14-32k3s1p1",
+    "4x16x14x14-32k3s1p1", "3x20x40x70-40k3s1p1", "2x16x61x67-24k3s2p1",
 };
 
 /* cuDNN's backward-filter algorithms, as the vendor rungs note them for the table. */
@@ -527,7 +528,7 @@ static bool names_a_cudnn_algorithm(const char *noted)
 /* Whether rung `name` must take d in dtype t, by the limits its table row and its file give:
  * v1, v3, v5 and the library every shape; v4 every fp16 shape whose R filter rows under a
  * 16-pixel segment, R (15 stride + S), fit its 128 staged pixels; v6 up to 4 channels and
- * 36 sums a filter (C R S); the 2d rungs one channel and one filter; cuDNN every shape of int
+ * 36 sums a filter (C R S); v7 filters up to 3 x 3; the 2d rungs one channel and one filter; cuDNN every shape of int
  * sizes, which all of these are. v2's columns may not fit, so it is never held to a shape. */
 static bool must_take(const char *name, struct conv2d_dims d, enum dtype t)
 {
@@ -540,6 +541,8 @@ static bool must_take(const char *name, struct conv2d_dims d, enum dtype t)
         return t == DT_FP16 && d.r * (15 * d.stride + d.s) <= 128;
     if (!strcmp(name, "v6_few_channels"))
         return d.c <= 4 && d.c * d.r * d.s <= 36;
+    if (!strcmp(name, "v7_filter_taps"))
+        return d.r <= 3 && d.s <= 3;
     if (!strncmp(name, "2d_", 3))
         return d.c == 1 && d.k == 1;
     return false;

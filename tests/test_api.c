@@ -276,20 +276,24 @@ Test(api_gpu, conv2d_backward_input_takes_every_branch, NEEDS_GPU)
     expect_cases_verified(&dgrad_chapter, dgrad_cases, COUNT(dgrad_cases));
 }
 
-/* Convolution weight gradient (api.cu's rule): one channel and one filter 2d_v3; else up to
- * 4 channels and 36 sums a filter (C R S) v6; else, with db, v5; without, v4 in fp16 where it
- * takes the shape (R (15 stride + S) <= 128: not a 5x5 filter at stride 2), and v3. Pass 0 is
- * bwd_weight (db NULL), pass 1 bwd_weight_bias. C = 1 with K > 1 is v6's, not the 2D
- * kernel's; C = 4 under a 5x5 filter is past v6's registers. */
+/* Convolution weight gradient (api.cu's rule): one channel and one filter 2d_v3; else filters
+ * up to 3 x 3 of 4 channels or more under 1.6 G multiply-adds v7 (the seed, 2.4 G, is past
+ * it); else up to 4 channels and 36 sums a filter (C R S) v6; else, with db, v5; without, v4
+ * in fp16 where it takes the shape (R (15 stride + S) <= 128: not a 5x5 filter at stride 2),
+ * and v3. Pass 0 is bwd_weight (db NULL), pass 1 bwd_weight_bias. C = 1 with K > 1 is v6's,
+ * not the 2D kernel's; C = 4 under a 5x5 filter is past v6's registers and v7's taps. */
 static const struct api_case wgrad_cases[] = {
     {0, "1x1x5x7-1k3s1p1", "2d_v3", "2d_v3"},      {1, "8x1x128x128-1k3s1p1", "2d_v3", "2d_v3"},
     {1, "2x1x9x7-1k5s2p2", "2d_v3", "2d_v3"},      {0, "32x1x28x28-16k3s1p1", "v6", "v6"},
-    {1, "3x3x11x9-5k3s1p1", "v6", "v6"},           {0, "1x4x7x5-7k3s2p1", "v6", "v6"},
+    {1, "3x3x11x9-5k3s1p1", "v6", "v6"},           {0, "1x4x7x5-7k3s2p1", "v7", "v7"},
     {1, "1x1x2x3-2k3s1p2", "v6", "v6"},            {0, "1x4x7x5-7k5s2p2", "v3", "v3"},
     {1, "1x4x7x5-7k5s2p2", "v5", "v5"},            {1, "3x5x17x13-7k5s2p2", "v5", "v5"},
-    {1, "32x16x14x14-32k3s1p1", "v5", "v5"},       {0, "3x5x17x13-7k5s2p2", "v3", "v3"},
-    {0, "32x16x14x14-32k3s1p1", "v3", "v4"},       {0, "2x64x27x27-32k3s2p1", "v3", "v4"},
-    {0, "8x32x40x40-64k3s1p1", "v3", "v4"},
+    {1, "32x16x14x14-32k3s1p1", "v7", "v7"},       {0, "3x5x17x13-7k5s2p2", "v3", "v3"},
+    {0, "32x16x14x14-32k3s1p1", "v7", "v7"},       {0, "2x64x27x27-32k3s2p1", "v7", "v7"},
+    {0, "8x32x40x40-64k3s1p1", "v7", "v7"},        {1, "5x7x9x11-3k1s1p0", "v7", "v7"},
+    {0, "3x5x17x13-7k5s1p2", "v3", "v4"},          {1, "3x5x17x13-7k5s1p2", "v5", "v5"},
+    {0, "8x32x128x128-64k3s1p1", "v3", "v4"},      {1, "8x32x128x128-64k3s1p1", "v5", "v5"},
+    {1, "2x3x8x8-4k3s1p1", "v6", "v6"},
 };
 
 Test(api_gpu, conv2d_backward_weight_takes_every_branch, NEEDS_GPU)
@@ -319,7 +323,7 @@ Test(api_gpu, maxpool_backward_takes_every_branch, NEEDS_GPU)
 /* ---- direct calls on buffers of our own: one graph, then two streams ---- */
 
 #define MAX_BUFFERS 4
-#define MAX_CALLS 4
+#define MAX_CALLS 5
 
 struct call;
 typedef void (*call_fn)(const struct call *c, void *workspace, cudaStream_t s);
@@ -1006,16 +1010,17 @@ static void conv2d_backward_weight_call(struct call *c, enum dtype t, const char
 Test(api_gpu, conv2d_backward_weight_called_directly, NEEDS_GPU)
 {
     struct rng r = rng_seeded(18);
-    struct call graph[4], streams[2];
-    conv2d_backward_weight_call(&graph[0], DT_FP32, "8x32x40x40-64k3s1p1", true, "v5", &r);
-    conv2d_backward_weight_call(&graph[1], DT_FP16, "2x64x27x27-32k3s2p1", false, "v4", &r);
+    struct call graph[5], streams[2];
+    conv2d_backward_weight_call(&graph[0], DT_FP32, "3x5x17x13-7k5s1p2", true, "v5", &r);
+    conv2d_backward_weight_call(&graph[1], DT_FP16, "3x5x17x13-7k5s1p2", false, "v4", &r);
     conv2d_backward_weight_call(&graph[2], DT_FP32, "32x1x28x28-16k3s1p1", true, "v6", &r);
     conv2d_backward_weight_call(&graph[3], DT_FP16, "8x1x128x128-1k3s1p1", false, "2d_v3", &r);
-    expect_verified_in_one_graph(graph, 4);
-    conv2d_backward_weight_call(&streams[0], DT_FP16, "32x16x14x14-32k3s1p1", true, "v5", &r);
+    conv2d_backward_weight_call(&graph[4], DT_FP32, "8x32x40x40-64k3s1p1", true, "v7", &r);
+    expect_verified_in_one_graph(graph, 5);
+    conv2d_backward_weight_call(&streams[0], DT_FP16, "32x16x14x14-32k3s1p1", true, "v7", &r);
     conv2d_backward_weight_call(&streams[1], DT_FP32, "3x5x17x13-7k5s2p2", false, "v3", &r);
     expect_verified_on_two_streams(&streams[0], &streams[1]);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         call_free(&graph[i]);
     for (int i = 0; i < 2; i++)
         call_free(&streams[i]);
@@ -1066,12 +1071,13 @@ static void expect_the_same_bits_twice(struct call *c)
 }
 
 /* api.h: the sums' order is fixed, so the same inputs give the same bits on every call, with
- * and without db, in both dtypes: the split implicit GEMM at 8x32x40x40-64k3s1p1 (12,800
- * products a sum, over many slices), v6 at chapter 10's first layer, and the 2D kernel. */
+ * and without db, in both dtypes: v7 at 8x32x40x40-64k3s1p1 (12,800 products a sum, over
+ * many slices), the split implicit GEMM under a 5x5 filter, v6 at chapter 10's first layer,
+ * and the 2D kernel. */
 Test(api_gpu, conv2d_backward_weight_is_deterministic, NEEDS_GPU)
 {
-    static const char *const shapes[] = {"8x32x40x40-64k3s1p1", "64x1x28x28-16k3s1p1",
-                                         "8x1x128x128-1k3s1p1"};
+    static const char *const shapes[] = {"8x32x40x40-64k3s1p1", "8x32x40x40-64k5s1p2",
+                                         "64x1x28x28-16k3s1p1", "8x1x128x128-1k3s1p1"};
     struct rng r = rng_seeded(19);
     for (size_t i = 0; i < COUNT(shapes); i++)
         for (int t = DT_FP32; t <= DT_FP16; t++)

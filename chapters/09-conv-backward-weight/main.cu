@@ -54,6 +54,7 @@ ADAPT(v3)
 ADAPT(v4)
 ADAPT_BIAS(v5) /* v5 is the fused bias: it has no pass without one */
 ADAPT(v6)
+ADAPT(v7)
 ADAPT(2d_v1)
 ADAPT(2d_v2)
 ADAPT(2d_v3)
@@ -102,6 +103,7 @@ static void bwd_exercise(const struct launch_args *a, cudaStream_t s)
 WHY_NOT(v2)
 WHY_NOT(v4)
 WHY_NOT(v6)
+WHY_NOT(v7)
 
 static const char *two_d_why_not(const struct problem *p)
 {
@@ -135,6 +137,8 @@ static const struct rung rungs[] = {
      .unsupported = NULL, .shown_for_error = NULL},
     RUNG("v6_few_channels", v6, "C <= 4: a thread's R S C sums for each filter in registers",
          v6_why_not, 0),
+    RUNG("v7_filter_taps", v7, "a thread per (channel, 8 filters), its R S taps in registers, "
+         "bands of 64 pixels a slice unit", v7_why_not, 0),
     RUNG("2d_v1_naive", 2d_v1, "C = K = 1: a thread per tap, serial", two_d_why_not, 0),
     RUNG("2d_v2_block_reduce", 2d_v2, "C = K = 1: a block per tap, a tree reduction",
          two_d_why_not, 0),

@@ -47,29 +47,6 @@ static __host__ __device__ constexpr int filters_a_block(int sums)
     return sums <= 4 ? 8 : sums <= 9 ? 4 : sums <= 18 ? 2 : 1;
 }
 
-/* A launch's bands: rows x cols output pixels, under them x_rows x x_cols of x a channel;
- * down x across bands an image. */
-struct band_shape {
-    int rows, cols, x_rows, x_cols, down, across;
-};
-
-/* Where band b lies: image n, first output row and column, first x row and column. */
-struct band_place {
-    int n, p0, q0, h0, w0;
-};
-
-__device__ __forceinline__ band_place band_place_of(int b, band_shape band, conv2d_dims d)
-{
-    band_place at;
-    const int per_image = band.down * band.across, rest = b % per_image;
-    at.n = b / per_image;
-    at.p0 = rest / band.across * band.rows;
-    at.q0 = rest % band.across * band.cols;
-    at.h0 = at.p0 * (int)d.stride - (int)d.pad;
-    at.w0 = at.q0 * (int)d.stride - (int)d.pad;
-    return at;
-}
-
 /* This thread's share of a band's x, into registers: slot u packs (c, row, column) of its
  * element of the staged x as c << 24 | row << 12 | column, or is -1; 0 off x. */
 template <typename T>
@@ -208,38 +185,13 @@ __global__ void __launch_bounds__(THREADS, 2)
         });
 }
 
-/* At most BAND_COLUMNS columns and BAND_SLOTS x THREADS pixels a band, the bands of an image
- * of equal size but the last, and the x under a band within STAGE_SLOTS x THREADS floats:
- * rows halved until it is, then columns (one pixel's x, C R S <= 36 floats, always fits). */
-static band_shape band_of(conv2d_dims d)
-{
-    int64_t cols = (d.q + (d.q + BAND_COLUMNS - 1) / BAND_COLUMNS - 1) /
-                   ((d.q + BAND_COLUMNS - 1) / BAND_COLUMNS);
-    int64_t rows = BAND_SLOTS * THREADS / cols < d.p ? BAND_SLOTS * THREADS / cols : d.p;
-    band_shape band;
-    for (;;) {
-        const int64_t down = (d.p + rows - 1) / rows, across = (d.q + cols - 1) / cols;
-        rows = (d.p + down - 1) / down; /* the same bands, evened out */
-        cols = (d.q + across - 1) / across;
-        const int64_t x_rows = (rows - 1) * d.stride + d.r, x_cols = (cols - 1) * d.stride + d.s;
-        if (d.c * x_rows * x_cols <= STAGE_SLOTS * THREADS || (rows == 1 && cols == 1)) {
-            band = {(int)rows, (int)cols, (int)x_rows, (int)x_cols, (int)down, (int)across};
-            break;
-        }
-        if (rows > 1)
-            rows = (rows + 1) / 2;
-        else
-            cols = (cols + 1) / 2;
-    }
-    return band;
-}
-
 template <typename T, int SUMS>
 static void launch(const T *x, const T *dy, T *dw, T *db, conv2d_dims d, void *workspace,
                    cudaStream_t s)
 {
     constexpr int F = filters_a_block(SUMS);
-    const band_shape band = band_of(d);
+    const band_shape band = wgrad_band_of(d, d.c, BAND_COLUMNS, BAND_SLOTS * THREADS,
+                                          STAGE_SLOTS * THREADS);
     const int64_t tiles = (d.k + F - 1) / F, outputs = F * (d.c * d.r * d.s + 1);
     const auto kernel = wgrad_few_channels<T, SUMS, F>;
     const int per_sm = kl_blocks_per_sm((const void *)kernel, THREADS, 0);

@@ -197,4 +197,55 @@ __device__ __forceinline__ void wgrad_add_slices_in_runs(const float *partials, 
 }
 /* ---- end of the split reduction ---- */
 
+/* ---- Bands: the rungs that stage the x under a block of output pixels (v6, v7) ----
+ * A launch's bands: rows x cols output pixels, under them x_rows x x_cols of x a channel;
+ * down x across bands an image. */
+struct band_shape {
+    int rows, cols, x_rows, x_cols, down, across;
+};
+
+/* Where band b lies: image n, first output row and column, first x row and column. */
+struct band_place {
+    int n, p0, q0, h0, w0;
+};
+
+__device__ __forceinline__ band_place band_place_of(int b, band_shape band, conv2d_dims d)
+{
+    band_place at;
+    const int per_image = band.down * band.across, rest = b % per_image;
+    at.n = b / per_image;
+    at.p0 = rest / band.across * band.rows;
+    at.q0 = rest % band.across * band.cols;
+    at.h0 = at.p0 * (int)d.stride - (int)d.pad;
+    at.w0 = at.q0 * (int)d.stride - (int)d.pad;
+    return at;
+}
+
+/* At most max_cols columns and max_pixels pixels a band, the bands of an image of equal size
+ * but the last, and the x under a band, `channels` of them, within max_x floats: rows halved
+ * until it is, then columns (a caller makes sure one pixel's x always fits). */
+static inline band_shape wgrad_band_of(conv2d_dims d, int64_t channels, int64_t max_cols,
+                                       int64_t max_pixels, int64_t max_x)
+{
+    const int64_t pieces = (d.q + max_cols - 1) / max_cols;
+    int64_t cols = (d.q + pieces - 1) / pieces;
+    int64_t rows = max_pixels / cols < d.p ? max_pixels / cols : d.p;
+    rows = rows < 1 ? 1 : rows;
+    for (;;) {
+        const int64_t down = (d.p + rows - 1) / rows, across = (d.q + cols - 1) / cols;
+        rows = (d.p + down - 1) / down; /* the same bands, evened out */
+        cols = (d.q + across - 1) / across;
+        const int64_t x_rows = (rows - 1) * d.stride + d.r, x_cols = (cols - 1) * d.stride + d.s;
+        if (channels * x_rows * x_cols <= max_x || (rows == 1 && cols == 1)) {
+            const band_shape band = {(int)rows,   (int)cols, (int)x_rows,
+                                     (int)x_cols, (int)down, (int)across};
+            return band;
+        }
+        if (rows > 1)
+            rows = (rows + 1) / 2;
+        else
+            cols = (cols + 1) / 2;
+    }
+}
+
 #endif

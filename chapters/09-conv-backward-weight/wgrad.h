@@ -30,6 +30,7 @@ WGRAD(v3)
 WGRAD(v4)
 WGRAD(v5)
 WGRAD(v6)
+WGRAD(v7)
 WGRAD(2d_v1)
 WGRAD(2d_v2)
 WGRAD(2d_v3)
@@ -39,12 +40,13 @@ WGRAD(2d_v3)
 const char *wgrad_v2_unsupported(struct conv2d_dims d, enum dtype t);
 const char *wgrad_v4_unsupported(struct conv2d_dims d, enum dtype t);
 const char *wgrad_v6_unsupported(struct conv2d_dims d, enum dtype t);
+const char *wgrad_v7_unsupported(struct conv2d_dims d, enum dtype t);
 const char *wgrad_2d_unsupported(struct conv2d_dims d, enum dtype t); /* 2d_v1 to 2d_v3 */
 
 /* Workspace bytes: each rung's own part (laid out from the workspace's start), and the whole,
  * the largest own part followed by chapter 02's (wgrad_bias_workspace finds it). */
 size_t wgrad_v2_workspace_bytes(struct conv2d_dims d, enum dtype t);
-size_t wgrad_split_workspace_bytes(struct conv2d_dims d, enum dtype t); /* v3-v6, 2d_v3 */
+size_t wgrad_split_workspace_bytes(struct conv2d_dims d, enum dtype t); /* v3-v7, 2d_v3 */
 size_t wgrad_rung_workspace_bytes(struct conv2d_dims d, enum dtype t);
 void *wgrad_bias_workspace(void *workspace, struct conv2d_dims d, enum dtype t);
 
