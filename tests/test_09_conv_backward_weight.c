@@ -527,9 +527,10 @@ static bool names_a_cudnn_algorithm(const char *noted)
 
 /* Whether rung `name` must take d in dtype t, by the limits its table row and its file give:
  * v1, v3, v5 and the library every shape; v4 every fp16 shape whose R filter rows under a
- * 16-pixel segment, R (15 stride + S), fit its 128 staged pixels; v6 up to 4 channels and
- * 36 sums a filter (C R S); v7 filters up to 3 x 3; the 2d rungs one channel and one filter; cuDNN every shape of int
- * sizes, which all of these are. v2's columns may not fit, so it is never held to a shape. */
+ * 16-pixel segment, R (15 stride + S), fit its 128 staged pixels; v6 up to 4 channels and 36
+ * sums a filter (C R S); v7 filters up to 3 x 3; the 2d rungs one channel and one filter; cuDNN
+ * every shape of int sizes, which all of these are. v2's columns may not fit, so it is never
+ * held to a shape. */
 static bool must_take(const char *name, struct conv2d_dims d, enum dtype t)
 {
     static const char *const always[] = {"v1_naive", "v3_split_k", "v5_fused_bias", "api",
