@@ -19,7 +19,7 @@
  * 5 us, beside cuBLAS's 3-17 us at the CNN's products; under v7 on large squares, whose tiles
  * reuse each load 2 to 4 times more. Limits: as v1; below compute capability 9.0 S = 1.
  * Measured (H200), in chapter 10's step (bench/results/h200/10-breakdown.txt): fc1's forward,
- * 32x128x1568 A B^T in fp32, 13.3 us against the 5 predicted; the sweep's rows are to come. */
+ * 32x128x1568 A B^T in fp32, 13.7 us against the 5 predicted; the sweep's rows are to come. */
 #include <type_traits>
 
 #include "cluster.cuh"
