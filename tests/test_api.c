@@ -770,6 +770,32 @@ Test(api_gpu, matmul_called_directly, NEEDS_GPU)
         call_free(&streams[i]);
 }
 
+/* Empty products, in every form and dtype: K = 0 makes C zeros (its sums have no terms), and
+ * M = 0 or N = 0 writes nothing, here after the zeros (A and B are never read). */
+Test(api_gpu, matmul_of_empty_sums_is_zero, NEEDS_GPU)
+{
+    enum { M = 3, N = 5 };
+    for (int t = DT_FP32; t <= DT_FP16; t++)
+        for (int f = MATMUL_AB; f <= MATMUL_ABT; f++) {
+            const enum dtype dt = (enum dtype)t;
+            const enum matmul_form form = (enum matmul_form)f;
+            const size_t bytes = (size_t)M * N * dtype_size(dt);
+            unsigned char *c, host[M * N * sizeof(float)];
+            CUDA_CHECK(cudaMalloc((void **)&c, bytes));
+            CUDA_CHECK(cudaMemset(c, 0xff, bytes));
+            matmul(form, c, c, c, (struct matmul_dims){M, N, 0}, dt, 0);
+            matmul(form, c, c, c, (struct matmul_dims){0, N, 7}, dt, 0);
+            matmul(form, c, c, c, (struct matmul_dims){M, 0, 7}, dt, 0);
+            CUDA_CHECK(cudaMemcpy(host, c, bytes, cudaMemcpyDeviceToHost));
+            size_t zero = 0;
+            while (zero < bytes && host[zero] == 0)
+                zero++;
+            cr_expect_eq(zero, bytes, "matmul form %d %s with K = 0: byte %zu of C is %u, not 0",
+                         f, dtype_name(dt), zero, zero < bytes ? host[zero] : 0u);
+            CUDA_CHECK(cudaFree(c));
+        }
+}
+
 static void maxpool_forward_fn(const struct call *c, void *workspace, cudaStream_t s)
 {
     (void)workspace;

@@ -26,14 +26,13 @@
 #define BIG_TILE 128 /* the side of v7's and the tensor-core rungs' block tiles */
 #define V11_MIN_K 64 /* two of v11's steps */
 
-/* Whether C = A B goes to v11: the rule above. */
-static bool split_k_pays(struct matmul_dims d, enum dtype t)
+/* Whether C = A B goes to v11: the rule above (small: at most SMALL_MACS multiply-adds). */
+static bool split_k_pays(struct matmul_dims d, enum dtype t, bool small)
 {
     const double big_tiles = (double)matmul_blocks(d.m, BIG_TILE) * matmul_blocks(d.n, BIG_TILE);
     const bool skinny = d.m < BIG_TILE || d.n < BIG_TILE;
     if (!skinny || big_tiles >= kl_sm_count() || d.k < V11_MIN_K)
         return false;
-    const bool small = (double)d.m * (double)d.n * (double)d.k <= SMALL_MACS;
     return t == DT_FP32 || (small && (d.n % 8 || d.k % 8));
 }
 
@@ -41,7 +40,7 @@ static void best_ab(const void *a, const void *b, void *c, struct matmul_dims d,
                     cudaStream_t s)
 {
     const bool small = (double)d.m * (double)d.n * (double)d.k <= SMALL_MACS;
-    if (split_k_pays(d, t))
+    if (split_k_pays(d, t, small))
         matmul_v11(MATMUL_AB, a, b, c, d, t, s);
     else if (small && (t == DT_FP32 || d.n % 8 || d.k % 8))
         matmul_v3(a, b, c, d, t, s);
@@ -58,6 +57,13 @@ static void best_ab(const void *a, const void *b, void *c, struct matmul_dims d,
 extern "C" void matmul(enum matmul_form form, const void *a, const void *b, void *c,
                        struct matmul_dims d, enum dtype t, cudaStream_t s)
 {
+    /* Empty products, which no rung's tiling takes: no C to write, or sums of nothing. */
+    if (d.m == 0 || d.n == 0)
+        return;
+    if (d.k == 0) {
+        CUDA_CHECK(cudaMemsetAsync(c, 0, (size_t)(d.m * d.n) * dtype_size(t), s));
+        return;
+    }
     if (form == MATMUL_AB)
         best_ab(a, b, c, d, t, s);
     else

@@ -1,5 +1,6 @@
 /* Chapter 05 as a library: C = op(A) op(B), row-major, any M, N, K, on the chapter's best rung
- * for the shape, dtype and GPU (api.cu says which, and why).
+ * for the shape, dtype and GPU (api.cu says which, and why). M or N of 0 writes nothing; K of 0
+ * makes C zeros.
  *
  * C is m x n. MATMUL_AB: A is m x k, B k x n. MATMUL_ATB: C = A^T B with A stored k x m (the
  * weight gradient's shape). MATMUL_ABT: C = A B^T with B stored n x k (the input gradient's).
