@@ -12,7 +12,7 @@
  * flight while this one is summed; the slices go to the workspace and split.cu adds them.
  * What changed from v5: no column tiles and no tap table; a loaded x element serves 8 filters
  * and each of its taps in a thread, and the reduction is cut into as many slices as fill the
- * GPU twice, each band (up to 64 pixels) a unit, not 256 pixels.
+ * GPU, each band (up to 64 pixels) a unit, not 256 pixels.
  * Expected: at chapter 10's conv2 at batch 32, 128 bands of one DRAM round trip each plus the
  * second pass: 6-8 us (v5 30.5, cuDNN 24.2); at batch 1024 the FMA units bound it, 72 FMAs to
  * 2 + 9 shared loads: 35-45 us (v5 158, cuDNN 146). Limits: R, S <= 3.
@@ -241,8 +241,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         v7_store<T>(acc, d, tile, ws, slices, dw, db);
 }
 
-/* Slices to give every SM two blocks, within the workspace and the bands; one slice writes dw
- * itself, more leave the adding to split.cu. */
+/* Slices to give every SM as many blocks as fit (one, at this kernel's registers), within the
+ * workspace and the bands; one slice writes dw itself, more leave the adding to split.cu. */
 template <typename T, int R>
 static void launch(const T *x, const T *dy, T *dw, T *db, conv2d_dims d, void *workspace,
                    cudaStream_t s)
@@ -255,9 +255,8 @@ static void launch(const T *x, const T *dy, T *dw, T *db, conv2d_dims d, void *w
     const int64_t bands = d.n * band.down * band.across;
     const auto kernel = wgrad_filter_taps<T, R>;
     const int per_sm = kl_blocks_per_sm((const void *)kernel, THREADS, 0);
-    int64_t slices = ((int64_t)kl_sm_count() * per_sm + tiles - 1) / tiles;
+    int64_t slices = wgrad_slices_to_fill(d, tiles, per_sm, 1);
     slices = slices < bands ? slices : bands;
-    slices = slices < wgrad_max_slices(d) ? slices : wgrad_max_slices(d);
     const dim3 grid((unsigned)tiles, (unsigned)slices);
     const wgrad_slices ws = wgrad_slices_of(d, workspace);
     kernel<<<grid, THREADS, 0, s>>>(x, dy, dw, db, d, band, ws);
