@@ -2,7 +2,8 @@
  * main (tests/main.c) disables them before the run, so each skips at no cost instead of
  * starting a worker to find out; the program says once why they skip. The runner never
  * initialises CUDA itself (ladder_gpu_present asks in a child), so the forked test workers
- * still can. Also here: the two checks every chapter makes of its exercise checker. */
+ * still can. Also here: the two checks every chapter makes of its exercise checker, and the
+ * lookups several suites share (a rung by name, the GPU's compute capability). */
 #ifndef TESTS_GPU_H
 #define TESTS_GPU_H
 
@@ -13,6 +14,9 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include <cuda_runtime_api.h>
+
+#include "check.h"
 #include "ladder.h"
 
 #define KL_NEEDS_GPU "needs a GPU"
@@ -27,6 +31,25 @@
         if ((rc) == -1 && strstr((why), "compute capability"))                                 \
             cr_skip_test("GPU test skipped: %s", (why));                                       \
     } while (0)
+
+/* Chapter ch's rung called `name` (the test fails if there is none). */
+static inline const struct rung *rung_named(const struct chapter *ch, const char *name)
+{
+    for (int i = 0; i < ch->n_rungs; i++)
+        if (!strcmp(ch->rungs[i].name, name))
+            return &ch->rungs[i];
+    cr_assert_fail("%s has no rung named %s", ch->id, name);
+    return NULL;
+}
+
+/* The compute capability of GPU 0, as 10 major + minor. */
+static inline int gpu_cc(void)
+{
+    int major, minor;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+    return 10 * major + minor;
+}
 
 /* The untouched exercise stub writes nothing, so the checker must fail it in fp32 and name
  * element 0, the first element it left as poison. */

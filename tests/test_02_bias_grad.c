@@ -105,23 +105,14 @@ ParameterizedTest(int *rung, bias_grad_gpu, rung_matches_reference, NEEDS_GPU)
     }
 }
 
-static int rung_index(const char *name)
-{
-    for (int i = 0; i < bias_grad_chapter.n_rungs; i++)
-        if (!strcmp(bias_grad_chapter.rungs[i].name, name))
-            return i;
-    cr_assert_fail("no rung %s", name);
-    return -1;
-}
-
 /* The chapter's claim: the same kernel with fp16 sums is far less accurate than with fp32 sums
  * (v3), at the seed shape, and still writes a finite value for every channel. */
 Test(bias_grad_gpu, fp16_sums_are_inexact, NEEDS_GPU)
 {
     struct verify_result half_sums, float_sums;
     char why[256] = "";
-    const struct rung *v5 = &bias_grad_chapter.rungs[rung_index("v5_fp16_accumulate")];
-    const struct rung *v3 = &bias_grad_chapter.rungs[rung_index("v3_shared_tree")];
+    const struct rung *v5 = rung_named(&bias_grad_chapter, "v5_fp16_accumulate");
+    const struct rung *v3 = rung_named(&bias_grad_chapter, "v3_shared_tree");
     int rc5 = ladder_check(&bias_grad_chapter, v5, 0, DT_FP16, "32x128x64x64", 1, &half_sums, why,
                            sizeof why);
     int rc3 = ladder_check(&bias_grad_chapter, v3, 0, DT_FP16, "32x128x64x64", 1, &float_sums, why,
@@ -140,8 +131,8 @@ Test(bias_grad_gpu, fp16_sums_are_inexact, NEEDS_GPU)
 Test(bias_grad_gpu, tensor_core_sums_are_as_accurate_as_fp32_adds, NEEDS_GPU)
 {
     const char *const at[] = {"32x128x64x64", "3x64x91x91"};
-    const struct rung *v6 = &bias_grad_chapter.rungs[rung_index("v6_tensor_core_sum")];
-    const struct rung *v4 = &bias_grad_chapter.rungs[rung_index("v4_split_shuffle")];
+    const struct rung *v6 = rung_named(&bias_grad_chapter, "v6_tensor_core_sum");
+    const struct rung *v4 = rung_named(&bias_grad_chapter, "v4_split_shuffle");
     for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
         struct verify_result mma, adds;
         char why[256] = "";

@@ -265,15 +265,6 @@ static int expect_verified(const struct chapter *ch, const struct rung *r,
     return checked;
 }
 
-static const struct rung *rung_named(const char *name)
-{
-    for (int i = 0; i < matmul_chapter.n_rungs; i++)
-        if (!strcmp(matmul_chapter.rungs[i].name, name))
-            return &matmul_chapter.rungs[i];
-    cr_assert_fail("no rung named %s", name);
-    return NULL;
-}
-
 ParameterizedTest(int *rung, matmul_gpu, rung_matches_reference, NEEDS_GPU)
 {
     expect_verified(&matmul_chapter, &matmul_chapter.rungs[*rung], shapes,
@@ -309,17 +300,10 @@ static const char *const v11_shapes[] = {
 
 Test(matmul_gpu, v11_every_form_matches_reference, NEEDS_GPU)
 {
-    const int checked = expect_verified(&matmul_chapter, rung_named("v11_split_k_cluster"),
-                                        v11_shapes, sizeof v11_shapes / sizeof v11_shapes[0]);
+    const struct rung *v11 = rung_named(&matmul_chapter, "v11_split_k_cluster");
+    const int checked = expect_verified(&matmul_chapter, v11, v11_shapes,
+                                        sizeof v11_shapes / sizeof v11_shapes[0]);
     cr_expect_eq(checked, 3 * 2 * (int)(sizeof v11_shapes / sizeof v11_shapes[0]));
-}
-
-static int device_cc(void)
-{
-    int major, minor;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
-    return 10 * major + minor;
 }
 
 /* Where the tests count on it, K is split: on compute capability 9.0 (clusters) the long-K
@@ -329,7 +313,7 @@ Test(matmul_gpu, v11_splits_long_k_over_clusters, NEEDS_GPU)
 {
     const struct matmul_dims long_k[] = {{33, 17, 1569}, {129, 10, 1025}, {1, 1, 5000},
                                          {32, 128, 1568}, {10, 128, 1024}};
-    const bool clusters = device_cc() >= 90;
+    const bool clusters = gpu_cc() >= 90;
     for (size_t i = 0; i < sizeof long_k / sizeof long_k[0]; i++) {
         const int s = matmul_v11_splits(long_k[i]);
         cr_expect(clusters ? s > 1 && s <= 8 : s == 1, "%lldx%lldx%lld splits %d ways",
@@ -399,7 +383,8 @@ Test(matmul_gpu, api_forms_match_reference, NEEDS_GPU)
                                              "64x1x300",   "129x65x33",  "136x264x72",
                                              "3x5x7",      "33x17x1569", "129x10x1025",
                                              "1x300x1",    "300x1x70"};
-    const int checked = expect_verified(&matmul_chapter, rung_named("api"), api_shapes,
+    const struct rung *api = rung_named(&matmul_chapter, "api");
+    const int checked = expect_verified(&matmul_chapter, api, api_shapes,
                                         sizeof api_shapes / sizeof api_shapes[0]);
     cr_expect_eq(checked, 3 * 2 * (int)(sizeof api_shapes / sizeof api_shapes[0]));
 }

@@ -45,14 +45,6 @@
  * known. Elsewhere the tests still verify every output. */
 #define RULES_CC 90
 
-static int gpu_cc(void)
-{
-    int major, minor;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
-    return 10 * major + minor;
-}
-
 /* Whether a rung note names rung `want`, given as its number ("v3") or in full. A launcher
  * that hands a shape to another rung's notes that rung last, so the note is whose kernels ran. */
 static bool is_rung(const char *noted, const char *want)
@@ -70,19 +62,10 @@ struct api_case {
     const char *fp32, *fp16;
 };
 
-static const struct rung *api_rung(const struct chapter *ch)
-{
-    for (int i = 0; i < ch->n_rungs; i++)
-        if (!strcmp(ch->rungs[i].name, "api"))
-            return &ch->rungs[i];
-    cr_assert_fail("%s has no rung named api", ch->id);
-    return NULL;
-}
-
 static void expect_cases_verified(const struct chapter *ch, const struct api_case *cases,
                                   size_t count)
 {
-    const struct rung *api = api_rung(ch);
+    const struct rung *api = rung_named(ch, "api");
     const bool know_rungs = gpu_cc() == RULES_CC;
     for (size_t i = 0; i < count; i++) {
         const struct api_case *c = &cases[i];
