@@ -391,6 +391,21 @@ static void write_named_pair(const char *prefix, int gzip, const struct pair *p)
     write_file(in_dir(labels), b, labels_bytes(p, b), gzip);
 }
 
+/* The program refuses a training set smaller than a batch (here 3 images against 32), before
+ * any step could read past it, in one line naming the folder. */
+Test(idx, the_program_refuses_fewer_images_than_a_batch)
+{
+    const struct pair p = good_pair();
+    write_named_pair("train", 0, &p);
+    write_named_pair("t10k", 0, &p);
+    char args[600], said[2048];
+    snprintf(args, sizeof args, "--data %s --batch 32 --variant cpu", test_dir);
+    const int rc = run_program("10-train-cnn", args, said, sizeof said);
+    cr_expect_eq(rc, KL_EXIT_USAGE, "exit %d (%s)", rc, said);
+    cr_expect_eq(count_lines(said), 1, "one line, not: %s", said);
+    cr_expect(strstr(said, test_dir) && strstr(said, "fewer than a batch of 32"), "said %s", said);
+}
+
 /* The training pair compressed, the test pair plain: both found. */
 Test(idx, finds_the_files_in_a_folder)
 {

@@ -20,6 +20,7 @@
 #include "device.h"
 #include "idx.h"
 #include "reference.h"
+#include "stats.h"
 #include "train.h"
 #include "vendor.h"
 
@@ -294,24 +295,10 @@ static double flops_per_image(void)
     return 2 * ((conv1 + conv2 + fc) * 3 - conv1);
 }
 
-static double median(const double *v, int n)
+/* The row's epoch times: median, fastest and slowest. */
+static struct summary epoch_seconds(const struct row *r)
 {
-    double s[100];
-    memcpy(s, v, (size_t)n * sizeof *v);
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && s[j] < s[j - 1]; j--) {
-            const double t = s[j];
-            s[j] = s[j - 1], s[j - 1] = t;
-        }
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
-static double min_of(const double *v, int n, int sign)
-{
-    double m = v[0];
-    for (int i = 1; i < n; i++)
-        m = sign * v[i] < sign * m ? v[i] : m;
-    return m;
+    return summarize(r->seconds, (size_t)r->epochs);
 }
 
 static void print_header(void)
@@ -322,7 +309,7 @@ static void print_header(void)
 
 static void print_row(const struct row *r, int images)
 {
-    const double s = median(r->seconds, r->epochs);
+    const double s = epoch_seconds(r).median;
     char vendor[16] = "", check[64];
     if (r->vs_vendor > 0)
         snprintf(vendor, sizeof vendor, "%.2f", r->vs_vendor);
@@ -347,7 +334,8 @@ static void csv_row(FILE *f, const struct row *r, const struct device_info *d, i
     format_cuda_version(d->runtime_version, cuda, sizeof cuda);
     const time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
-    const double s = median(r->seconds, r->epochs);
+    const struct summary e = epoch_seconds(r);
+    const double s = e.median;
     if (r->vs_vendor > 0)
         snprintf(vendor, sizeof vendor, "%.4f", r->vs_vendor);
     if (r->verified >= 0) {
@@ -358,8 +346,8 @@ static void csv_row(FILE *f, const struct row *r, const struct device_info *d, i
         snprintf(test, sizeof test, "%.2f", 100 * r->test_acc);
     fprintf(f, "%s,epoch,%s,%s,%d,%.3f,%.3f,%.3f,,%.4f,0.00,%s,%s,%s,%d,%s,%s,%s,%s,,%.0f,%.5f,"
             "%.2f,%s\n",
-            PROGRAM, variant_name[r->v], dtype_name(r->t), r->batch, s * 1e6,
-            min_of(r->seconds, r->epochs, 1) * 1e6, min_of(r->seconds, r->epochs, -1) * 1e6,
+            PROGRAM, variant_name[r->v], dtype_name(r->t), r->batch, s * 1e6, e.min * 1e6,
+            e.max * 1e6,
             flops_per_image() * images / s * 1e-12, vendor, abs_err, rel_err, r->verified == 1,
             d->name, cc, cuda, date, images / s, r->loss, 100 * r->train_acc, test);
     fflush(f);
@@ -560,20 +548,32 @@ static void run_batch(struct run *run, enum dtype t, int batch, struct cnn_state
         if (!run->o->run[v] || (v == V_CPU && t != DT_FP32))
             continue;
         if (run->o->run[V_VENDOR])
-            rows[v].vs_vendor = median(rows[V_VENDOR].seconds, rows[V_VENDOR].epochs) /
-                                median(rows[v].seconds, rows[v].epochs);
+            rows[v].vs_vendor = epoch_seconds(&rows[V_VENDOR]).median /
+                                epoch_seconds(&rows[v]).median;
         print_row(&rows[v], (int)rows[v].images);
         if (run->csv)
             csv_row(run->csv, &rows[v], &run->dev, (int)rows[v].images);
     }
 }
 
+/* The data, and a training set that holds a batch of every size asked for and the step check's
+ * (CHECK_BATCH images): a smaller one would have a step read past its images. */
 static int load_data(const struct options *o, struct idx_set *train, struct idx_set *test)
 {
     char err[512];
     if (idx_load_dir(o->data, 1, train, err, sizeof err) ||
         idx_load_dir(o->data, 0, test, err, sizeof err)) {
         fprintf(stderr, PROGRAM ": %s\n", err);
+        return KL_EXIT_USAGE;
+    }
+    int largest = CHECK_BATCH;
+    for (int i = 0; i < o->n_batches; i++)
+        largest = o->batch[i] > largest ? o->batch[i] : largest;
+    if (train->count < largest) {
+        fprintf(stderr, PROGRAM ": %s: %lld training images, fewer than a batch of %d\n", o->data,
+                (long long)train->count, largest);
+        idx_free(train);
+        idx_free(test);
         return KL_EXIT_USAGE;
     }
     return 0;

@@ -13,14 +13,14 @@
 #define ACTS_POOL1 ((int64_t)CNN_C1 * 14 * 14)
 #define ACTS_CONV2 ((int64_t)CNN_C2 * 14 * 14)
 
-/* Allocations go through here so that running out of memory is one line and exit 3, and every
- * buffer is freed by cnn_state_destroy (it walks the same list). */
-static int device_alloc(void **p, size_t bytes, char *why, size_t why_len)
+/* Allocations go through here so that running out of memory is one line and exit 3. */
+extern "C" int cnn_device_alloc(void **p, size_t bytes, const char *what, char *why,
+                                size_t why_len)
 {
-    if (cudaMalloc(p, bytes) != cudaSuccess) {
+    if (cudaMalloc(p, bytes ? bytes : 1) != cudaSuccess) {
         (void)cudaGetLastError();
         *p = NULL;
-        snprintf(why, why_len, "out of GPU memory: %zu more bytes for the training step", bytes);
+        snprintf(why, why_len, "out of GPU memory: %zu more bytes for the %s", bytes, what);
         return 3;
     }
     return 0;
@@ -62,12 +62,14 @@ extern "C" int cnn_state_create(struct cnn_state *st, enum dtype t, int max_batc
                             st->workspace_bytes, (size_t)count * CNN_PIXELS, (size_t)count * 4};
     void **buffers[] = STATE_BUFFERS(st);
     for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++)
-        if (device_alloc(buffers[i], bytes[i] ? bytes[i] : 1, why, why_len)) {
+        if (cnn_device_alloc(buffers[i], bytes[i], "training step", why, why_len)) {
             cnn_state_destroy(st);
             return 3;
         }
-    if (device_alloc((void **)&st->master, (size_t)CNN_DEVICE_PARAMS * 4, why, why_len) ||
-        (t != DT_FP32 && device_alloc(&st->params, (size_t)CNN_DEVICE_PARAMS * e, why, why_len))) {
+    if (cnn_device_alloc((void **)&st->master, (size_t)CNN_DEVICE_PARAMS * 4, "training step",
+                         why, why_len) ||
+        (t != DT_FP32 && cnn_device_alloc(&st->params, (size_t)CNN_DEVICE_PARAMS * e,
+                                          "training step", why, why_len))) {
         cnn_state_destroy(st);
         return 3;
     }

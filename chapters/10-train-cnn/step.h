@@ -92,6 +92,10 @@ int cnn_state_create(struct cnn_state *st, enum dtype t, int max_batch, float lr
                      size_t why_len);
 void cnn_state_destroy(struct cnn_state *st);
 
+/* cudaMalloc of bytes (at least 1): 0, or 3 with "out of GPU memory: N more bytes for the
+ * <what>" in why. The state's buffers and the vendor's go through it. */
+int cnn_device_alloc(void **p, size_t bytes, const char *what, char *why, size_t why_len);
+
 /* Host <-> device parameters in net.h's flat fp32 layout (the master weights). */
 void cnn_state_set_params(struct cnn_state *st, const float *params);
 void cnn_state_get_params(const struct cnn_state *st, float *params);

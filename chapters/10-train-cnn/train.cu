@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "rng.h"
+#include "stats.h"
 #include "train.h"
 
 extern "C" void cnn_epoch_order(uint64_t seed, int epoch, int64_t count, int32_t *order)
@@ -37,8 +38,8 @@ static cudaGraphExec_t capture_step(struct trainer *tr, int batch)
     return exec;
 }
 
-extern "C" int trainer_init(struct trainer *tr, struct cnn_state *st, cnn_step_fn step, void *ctx,
-                            int use_graph)
+extern "C" void trainer_init(struct trainer *tr, struct cnn_state *st, cnn_step_fn step,
+                             void *ctx, int use_graph)
 {
     memset(tr, 0, sizeof *tr);
     tr->st = st;
@@ -58,7 +59,6 @@ extern "C" int trainer_init(struct trainer *tr, struct cnn_state *st, cnn_step_f
         if (tr->tail)
             tr->tail_graph = capture_step(tr, tr->tail);
     }
-    return 0;
 }
 
 extern "C" void trainer_destroy(struct trainer *tr)
@@ -199,12 +199,6 @@ static void record_mark(void *marks, const char *op, cudaStream_t s)
     CUDA_CHECK(cudaEventRecordWithFlags(m->at[m->n], s, cudaEventRecordExternal));
 }
 
-static int compare_doubles(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 extern "C" void trainer_breakdown(struct trainer *tr, int reps, FILE *out)
 {
     struct cnn_state *st = tr->st;
@@ -251,8 +245,8 @@ extern "C" void trainer_breakdown(struct trainer *tr, int reps, FILE *out)
             reps, st->max_batch, dtype_name(st->t));
     for (int i = 0; i <= m.n; i++) {
         const int row = i < m.n ? i : MAX_OPS;
-        qsort(us[row], (size_t)reps, sizeof(double), compare_doubles);
-        fprintf(out, "    %-32s %9.2f\n", i < m.n ? m.op[i] : "the whole step", us[row][reps / 2]);
+        fprintf(out, "    %-32s %9.2f\n", i < m.n ? m.op[i] : "the whole step",
+                summarize(us[row], (size_t)reps).median);
     }
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));

@@ -42,9 +42,9 @@ struct epoch_result {
  * rng_seeded(seed + 1 + e), the same one bench/pytorch/train_cnn.py computes. */
 void cnn_epoch_order(uint64_t seed, int epoch, int64_t count, int32_t *order);
 
-/* Captures the graphs (unless use_graph is 0). Returns 0. */
-int trainer_init(struct trainer *tr, struct cnn_state *st, cnn_step_fn step, void *ctx,
-                 int use_graph);
+/* Captures the graphs (unless use_graph is 0). */
+void trainer_init(struct trainer *tr, struct cnn_state *st, cnn_step_fn step, void *ctx,
+                  int use_graph);
 void trainer_destroy(struct trainer *tr);
 
 /* One epoch in the given order; draws a progress bar on stderr when show_progress. */

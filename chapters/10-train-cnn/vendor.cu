@@ -747,18 +747,6 @@ extern "C" void cnn_vendor_step(struct cnn_state *st, int batch, void *ctx, cuda
 
 /* ---- making and unmaking the context ---- */
 
-static int device_alloc(void **p, size_t bytes, const char *what, char *why, size_t why_len)
-{
-    if (cudaMalloc(p, bytes ? bytes : 256) != cudaSuccess) {
-        (void)cudaGetLastError();
-        *p = NULL;
-        snprintf(why, why_len, "out of GPU memory: %zu more bytes for the vendor's %s", bytes,
-                 what);
-        return 3;
-    }
-    return 0;
-}
-
 /* Find for every convolution pass, then the forward's fused-or-not choice (the timing needs
  * Find's algorithms), then the linear layers' GEMMs. */
 static void search(struct cnn_vendor *v, struct plan *p, const struct cnn_state *st, size_t room)
@@ -830,7 +818,8 @@ static int prepare_bias_sums(struct cnn_vendor *v, char *why, size_t why_len)
             CUDNN_CHECK(cudnnGetReductionWorkspaceSize(v->dnn, v->sum, l->y, l->bias, &bytes));
             v->sum_bytes = bytes > v->sum_bytes ? bytes : v->sum_bytes;
         }
-    return v->sum_bytes ? device_alloc(&v->sum_workspace, v->sum_bytes, "bias sums", why, why_len)
+    return v->sum_bytes ? cnn_device_alloc(&v->sum_workspace, v->sum_bytes, "vendor's bias sums",
+                                           why, why_len)
                         : 0;
 }
 
@@ -865,9 +854,10 @@ extern "C" int cnn_vendor_create(struct cnn_vendor **out, struct cnn_state *st, 
             const size_t r = search_room(v, &v->plan[i].conv[j], j == 1);
             room = r > room ? r : room;
         }
-    if (device_alloc(&v->workspace, room, "algorithm search", why, why_len) ||
-        device_alloc(&v->lt_workspace, LT_WORKSPACE, "cuBLASLt workspace", why, why_len) ||
-        device_alloc(&v->logp, (size_t)st->max_batch * CNN_CLASSES * dtype_size(v->t),
+    if (cnn_device_alloc(&v->workspace, room, "vendor's algorithm search", why, why_len) ||
+        cnn_device_alloc(&v->lt_workspace, LT_WORKSPACE, "vendor's cuBLASLt workspace", why,
+                         why_len) ||
+        cnn_device_alloc(&v->logp, (size_t)st->max_batch * CNN_CLASSES * dtype_size(v->t),
                      "log-softmax", why, why_len)) {
         cnn_vendor_destroy(v);
         return 3;
@@ -880,7 +870,7 @@ extern "C" int cnn_vendor_create(struct cnn_vendor **out, struct cnn_state *st, 
         say_choice(v, &v->plan[i]);
     }
     CUDA_CHECK(cudaFree(v->workspace)); /* from what Find could use to what the choices need */
-    if (device_alloc(&v->workspace, need, "cuDNN workspace", why, why_len) ||
+    if (cnn_device_alloc(&v->workspace, need, "vendor's cuDNN workspace", why, why_len) ||
         prepare_bias_sums(v, why, why_len)) {
         cnn_vendor_destroy(v);
         return 3;
