@@ -341,17 +341,20 @@ report:
 
 # Every chapter's `sanitize` preset, a small odd shape, keeps the runs short; single launches
 # keep the log readable.
-SANITIZE_FLAGS := --preset sanitize --iters 2 --warmup 1 --no-graph
+SANITIZE_RUN := --iters 2 --warmup 1 --no-graph
+SANITIZE_FLAGS := --preset sanitize $(SANITIZE_RUN)
 # Chapter 05's ceiling program takes no flags; it runs as it is, and chapter 03's at a small odd
 # shape. vendor_mma_sync declines the chapter's preset (it needs N and K multiples of 8), so it
 # also runs alone at a shape it takes.
 SANITIZE_MMA_SYNC := $(BUILD)/bin/05-matmul --variant vendor_mma_sync --dtype fp16 --shape 37x40x48 \
-	--iters 2 --warmup 1 --no-graph
-# Chapter 09's other two presets reach its strided and 2D kernels; chapter 10 trains two steps
-# of every variant at its sanitize batch (its data from SANITIZE_DATA).
+	$(SANITIZE_RUN)
+# The runs beside the chapters' presets: chapter 09's other two presets reach its strided and 2D
+# kernels, then the two ceilings and vendor_mma_sync. Chapter 10 trains two steps of every
+# variant at its sanitize batch (its data from SANITIZE_DATA).
 SANITIZE_DATA ?= /usr/share/datasets/fashion-mnist
-SANITIZE_MORE := "$(BUILD)/bin/09-conv-backward-weight --preset sanitize-stride --iters 2 --warmup 1 --no-graph" \
-	"$(BUILD)/bin/09-conv-backward-weight --preset sanitize-2d --iters 2 --warmup 1 --no-graph"
+SANITIZE_MORE := "$(BUILD)/bin/09-conv-backward-weight --preset sanitize-stride $(SANITIZE_RUN)" \
+	"$(BUILD)/bin/09-conv-backward-weight --preset sanitize-2d $(SANITIZE_RUN)" \
+	"$(CEILING)" "$(SANITIZE_MMA_SYNC)" "$(COPY_CEILING) --shape 3x7x5x7"
 SANITIZE_FLAGS_10 := --preset sanitize --steps 2 --cpu-steps 1 --data $(SANITIZE_DATA)
 # Under racecheck cuDNN's kernels take minutes: chapter 10's vendor and cpu rows are left to the
 # other tools, and racecheck runs the rungs built on this book's kernels.
@@ -368,15 +371,7 @@ sanitize: toolkit $(PROGRAMS) $(CEILING) $(COPY_CEILING)
 	for run in $(SANITIZE_MORE); do for tool in $(SANITIZE_TOOLS); do \
 	  echo "== $$tool $$run"; \
 	  compute-sanitizer --tool $$tool --error-exitcode 1 $$run; \
-	done; done; \
-	for tool in $(SANITIZE_TOOLS); do \
-	  echo "== $$tool $(CEILING)"; \
-	  compute-sanitizer --tool $$tool --error-exitcode 1 $(CEILING); \
-	  echo "== $$tool $(SANITIZE_MMA_SYNC)"; \
-	  compute-sanitizer --tool $$tool --error-exitcode 1 $(SANITIZE_MMA_SYNC); \
-	  echo "== $$tool $(COPY_CEILING) --shape 3x7x5x7"; \
-	  compute-sanitizer --tool $$tool --error-exitcode 1 $(COPY_CEILING) --shape 3x7x5x7; \
-	done
+	done; done
 
 # make profile CH=05 VARIANT=v9 [PRESET=large] [DTYPE=fp16]: Nsight Compute on one rung at one
 # configuration (bench/profile says what it collects); builds that chapter only.

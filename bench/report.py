@@ -395,7 +395,8 @@ def fmt_ratio(x):
     """1.62x; a ratio under 0.01 (the CPU reference against cuDNN) to two figures."""
     if x is None or x >= 0.01 or x <= 0:
         return fmt_x(x)
-    return f"{float(f'{x:.2g}'):.{1 - math.floor(math.log10(float(f'{x:.2g}')))}f}x"
+    two = float(f"{x:.2g}")
+    return f"{two:.{1 - math.floor(math.log10(two))}f}x"
 
 
 def ch10_seconds(r):

@@ -75,6 +75,10 @@ static const char *vendor_mma_sync_why_not(const struct problem *p)
 #define RUNG(n, v, what)                                                                       \
     {.name = n, .idea = what, .launch = {fwd_##v}, .dtypes = DT_FLOATS, .min_cc = 0,            \
      .unsupported = NULL, .shown_for_error = NULL}
+/* A rung that computes all three passes (fwd, atb, abt) with one launcher. */
+#define RUNG_FORMS(n, launch_fn, what)                                                         \
+    {.name = n, .idea = what, .launch = {launch_fn, launch_fn, launch_fn}, .dtypes = DT_FLOATS, \
+     .min_cc = 0, .unsupported = NULL, .shown_for_error = NULL}
 static const struct rung rungs[] = {
     RUNG("v1_naive", v1, "a thread per element of C, the warp down a column: uncoalesced"),
     RUNG("v2_coalesced", v2, "a thread per element of C, the warp along a row"),
@@ -92,15 +96,9 @@ static const struct rung rungs[] = {
     {.name = "v10_wgmma", .idea = "Hopper warpgroup MMA fed by TMA: producer and consumers",
      .launch = {fwd_v10}, .dtypes = 1u << DT_FP16, .min_cc = 90, .unsupported = v10_why_not,
      .shown_for_error = NULL},
-    {.name = "v11_split_k_cluster", .idea = "small tiles, K split over a cluster, every form",
-     .launch = {v11_form, v11_form, v11_form}, .dtypes = DT_FLOATS, .min_cc = 0,
-     .unsupported = NULL, .shown_for_error = NULL},
-    {.name = "api", .idea = "the library: api.h's matmul picks the rung",
-     .launch = {api_form, api_form, api_form}, .dtypes = DT_FLOATS, .min_cc = 0,
-     .unsupported = NULL, .shown_for_error = NULL},
-    {.name = "vendor", .idea = "cuBLAS: Sgemm in pedantic math (no TF32), GemmEx fp16/fp32",
-     .launch = {vendor_form, vendor_form, vendor_form}, .dtypes = DT_FLOATS, .min_cc = 0,
-     .unsupported = NULL, .shown_for_error = NULL},
+    RUNG_FORMS("v11_split_k_cluster", v11_form, "small tiles, K split over a cluster, every form"),
+    RUNG_FORMS("api", api_form, "the library: api.h's matmul picks the rung"),
+    RUNG_FORMS("vendor", vendor_form, "cuBLAS: Sgemm in pedantic math (no TF32), GemmEx fp16/fp32"),
     {.name = "vendor_mma_sync", .idea = "cuBLAS's fastest kernel built for sm_80 (mma.sync), as v9",
      .launch = {fwd_vendor_mma_sync}, .dtypes = 1u << DT_FP16, .min_cc = 80,
      .unsupported = vendor_mma_sync_why_not, .shown_for_error = NULL},
